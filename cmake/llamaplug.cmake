@@ -1,0 +1,56 @@
+# Shared by every distribution's CMakeLists.txt: where the pinned llama.cpp tree is,
+# and the settings every native part of llamaplug is built with.
+get_filename_component(LLAMAPLUG_REPO "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+
+find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
+
+function(llamaplug_pin key out_var)
+  execute_process(
+    COMMAND "${Python_EXECUTABLE}" "${LLAMAPLUG_REPO}/vendor/llama.cpp/fetch.py" --pin ${key}
+    OUTPUT_VARIABLE value OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+  set(${out_var} "${value}" PARENT_SCOPE)
+endfunction()
+
+# Materialises the pinned tree (or takes LLAMAPLUG_LLAMA_CPP_DIR) and returns its path.
+function(llamaplug_llama_cpp_dir out_var)
+  execute_process(
+    COMMAND "${Python_EXECUTABLE}" "${LLAMAPLUG_REPO}/vendor/llama.cpp/fetch.py"
+    OUTPUT_VARIABLE dir ERROR_VARIABLE err RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "llamaplug: could not materialise the pinned llama.cpp tree:\n${err}")
+  endif()
+  set(${out_var} "${dir}" PARENT_SCOPE)
+endfunction()
+
+llamaplug_pin(commit LLAMAPLUG_LLAMA_CPP_COMMIT)
+llamaplug_pin(ggml_version LLAMAPLUG_GGML_VERSION)
+
+find_program(LLAMAPLUG_CCACHE ccache)
+if(LLAMAPLUG_CCACHE AND NOT CMAKE_C_COMPILER_LAUNCHER)
+  set(CMAKE_C_COMPILER_LAUNCHER "${LLAMAPLUG_CCACHE}")
+  set(CMAKE_CXX_COMPILER_LAUNCHER "${LLAMAPLUG_CCACHE}")
+endif()
+
+# One shared library build, no compute backend linked in: backends are modules.
+set(BUILD_SHARED_LIBS ON CACHE BOOL "" FORCE)
+set(GGML_BACKEND_DL ON CACHE BOOL "" FORCE)
+set(GGML_NATIVE OFF CACHE BOOL "" FORCE)
+set(LLAMA_BUILD_COMMIT "${LLAMAPLUG_LLAMA_CPP_COMMIT}" CACHE STRING "" FORCE)
+set(GGML_BUILD_COMMIT "${LLAMAPLUG_LLAMA_CPP_COMMIT}" CACHE STRING "" FORCE)
+
+# Unversioned sonames: wheels cannot hold symlinks, and every llamaplug library
+# finds its siblings by rpath, never on the system.
+function(llamaplug_unversion)
+  foreach(target IN LISTS ARGN)
+    set_property(TARGET ${target} PROPERTY VERSION)
+    set_property(TARGET ${target} PROPERTY SOVERSION)
+  endforeach()
+endfunction()
+
+# Writes the pin next to a distribution's Python code, so the core can refuse
+# a backend module built from another llama.cpp.
+function(llamaplug_write_build_info destination)
+  set(info "${CMAKE_CURRENT_BINARY_DIR}/_build_info.py")
+  file(WRITE "${info}" "# Written by the build.\nLLAMA_CPP_COMMIT = \"${LLAMAPLUG_LLAMA_CPP_COMMIT}\"\nGGML_VERSION = \"${LLAMAPLUG_GGML_VERSION}\"\n${ARGN}")
+  install(FILES "${info}" DESTINATION "${destination}")
+endfunction()

@@ -1,0 +1,68 @@
+"""llamaplug: GGUF language models on llama.cpp, with compute backends as plugins.
+
+Layers: ``llamaplug.raw`` (cffi over llama.h), ``llamaplug.blocks`` (Backend,
+Model, Context, Batch, Sampler), ``llamaplug.high`` (Llama, completions).
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from ._version import GGML_VERSION, LLAMA_CPP_COMMIT, __version__
+from .errors import (
+    BackendError,
+    BackendMismatchError,
+    BackendNotInitialisedError,
+    ClosedError,
+    ContextOverflowError,
+    ContextTooLargeError,
+    DecodeError,
+    InvalidModelError,
+    InvalidParameterError,
+    InvalidTokenError,
+    LlamaError,
+    ModelNotFoundError,
+    NoBackendError,
+    StateError,
+)
+from .params import (
+    AttentionType,
+    ContextParams,
+    FlashAttnType,
+    KvCacheType,
+    LlamaParams,
+    ModelParams,
+    NumaStrategy,
+    PoolingType,
+    RopeScalingType,
+    SamplerParams,
+    SplitMode,
+)
+
+hookimpl = pluggy.HookimplMarker("llamaplug")
+
+from .blocks.backend import BackendStatus, DeviceInfo, LlamaBackend  # noqa: E402
+from .blocks.batch import LlamaBatch  # noqa: E402
+from .blocks.context import LlamaContext  # noqa: E402
+from .blocks.model import LlamaModel  # noqa: E402
+from .blocks.sampling import LlamaSampler, SamplerChain  # noqa: E402
+from .high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob  # noqa: E402
+from .high.llama import Llama  # noqa: E402
+
+
+def backends() -> list[BackendStatus]:
+    """Every installed backend plugin with its probe verdict (initialises the backend)."""
+    return LlamaBackend.init().backends()
+
+
+__all__ = [
+    "GGML_VERSION", "LLAMA_CPP_COMMIT", "__version__", "hookimpl", "backends",
+    "LlamaBackend", "BackendStatus", "DeviceInfo", "LlamaModel", "LlamaContext", "LlamaBatch",
+    "LlamaSampler", "SamplerChain", "Llama", "Completion", "CompletionChunk", "CompletionTimings",
+    "StopReason", "TokenLogprob",
+    "LlamaParams", "ModelParams", "ContextParams", "SamplerParams", "KvCacheType", "FlashAttnType",
+    "NumaStrategy", "SplitMode", "RopeScalingType", "PoolingType", "AttentionType",
+    "LlamaError", "BackendError", "BackendMismatchError", "BackendNotInitialisedError", "NoBackendError",
+    "ModelNotFoundError", "InvalidModelError", "ContextTooLargeError", "ContextOverflowError", "DecodeError",
+    "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError",
+]

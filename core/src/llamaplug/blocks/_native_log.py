@@ -1,0 +1,77 @@
+"""llama.cpp's log callback, routed into Python logging (logger "llamaplug.native").
+
+Quiet by default: only errors pass unless LLAMAPLUG_LOG (debug, info, warning,
+error, none) or LlamaParams.log_level raises it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+
+from ..raw import ffi, lib
+
+log = logging.getLogger("llamaplug.native")
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "error": logging.ERROR, "none": logging.CRITICAL + 10}
+# ggml_log_level -> logging level; CONT (5) continues the previous message.
+_GGML = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_CONT = 5
+
+_state = {"level": logging.INFO, "pending": ""}
+_threshold = [logging.ERROR]
+
+
+def set_level(name: str | None) -> None:
+    """Let native messages of at least this level through ("debug" ... "none")."""
+    level = _LEVELS.get((name or os.environ.get("LLAMAPLUG_LOG") or "error").lower(), logging.ERROR)
+    _threshold[0] = level
+    if log.level == logging.NOTSET or log.level > level:
+        log.setLevel(level)
+
+
+_captures: list[list[str]] = []
+
+
+@contextlib.contextmanager
+def capture_errors() -> Iterator[list[str]]:
+    """Collect native warning and error lines emitted inside the block (to explain a NULL return)."""
+    lines: list[str] = []
+    _captures.append(lines)
+    try:
+        yield lines
+    finally:
+        _captures.remove(lines)
+
+
+@ffi.def_extern()
+def _llamaplug_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
+    py_level = _state["level"] if level == _CONT else _GGML.get(level, logging.INFO)
+    if _captures and py_level >= logging.WARNING:
+        message = ffi.string(text).decode("utf-8", "replace").strip()
+        if message:
+            for lines in _captures:
+                lines.append(message)
+    if py_level < _threshold[0]:
+        return
+    _state["level"] = py_level
+    chunk = _state["pending"] + ffi.string(text).decode("utf-8", "replace")
+    *lines, _state["pending"] = chunk.split("\n")
+    for line in lines:
+        if line:
+            log.log(py_level, "%s", line)
+
+
+def install() -> None:
+    set_level(None)
+    lib.llama_log_set(lib._llamaplug_log_cb, ffi.NULL)
+    atexit.register(_uninstall)
+
+
+def _uninstall() -> None:
+    # Native destructors may log after Python is gone; give them a C sink.
+    lib.llama_log_set(lib.llamaplug_log_discard, ffi.NULL)

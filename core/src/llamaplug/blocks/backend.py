@@ -1,0 +1,226 @@
+"""LlamaBackend: the process-wide native state and the compute backends loaded into it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+from pathlib import Path
+
+import cffi
+
+from .. import plugins
+from .._version import GGML_VERSION, LLAMA_CPP_COMMIT
+from ..errors import BackendError, BackendMismatchError, NoBackendError
+from ..params import NumaStrategy
+from ..plugins import BackendSpec, ProbeResult
+from ..raw import ffi, lib
+from . import _native_log
+
+log = logging.getLogger("llamaplug.backend")
+
+# A backend module's entry points, called without registering it (ABI mode: the
+# modules are loaded by path, not linked).
+_module_ffi = cffi.FFI()
+_module_ffi.cdef("int ggml_backend_score(void);")
+
+
+def module_score(path: Path) -> int:
+    """ggml's own score of a backend module for this machine (0: cannot run here)."""
+    handle = _module_ffi.dlopen(str(path))
+    try:
+        return int(handle.ggml_backend_score())
+    except AttributeError:  # modules without variants have no score: they always run
+        return 1
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendStatus:
+    """One installed backend plugin and what happened to it in this process."""
+
+    name: str
+    distribution: str
+    priority: int
+    ok: bool
+    loaded: bool
+    reason: str
+    variant: str | None = None
+    devices: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    description: str
+    type: str
+    memory_free: int
+    memory_total: int
+
+
+_DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+
+
+class LlamaBackend:
+    """The native backend, initialised once per process; a guard object safe to share between threads.
+
+    `LlamaBackend.init()` returns the same object every time. Closing it (or
+    leaving its `with` block) keeps the native state alive: models and contexts
+    may still use it, and ggml backends cannot be unloaded while they do.
+    """
+
+    _instance: LlamaBackend | None = None
+    _lock = threading.Lock()
+
+    def __init__(self, _token: object = None):
+        if _token is not _TOKEN:
+            raise BackendError("use LlamaBackend.init() or LlamaBackend.init_numa(strategy)")
+        self._statuses: list[BackendStatus] = []
+        self.numa: NumaStrategy | None = None
+
+    @classmethod
+    def init(cls, backends: list[str] | None = None) -> LlamaBackend:
+        """Initialise llama.cpp and load the backends whose probes pass (or exactly `backends`)."""
+        with cls._lock:
+            if cls._instance is None:
+                instance = cls(_TOKEN)
+                _native_log.install()
+                lib.llama_backend_init()
+                instance._statuses = _load_backends(backends)
+                cls._instance = instance
+            elif backends:
+                cls._instance._require(backends)
+            return cls._instance
+
+    @classmethod
+    def init_numa(cls, strategy: NumaStrategy) -> LlamaBackend:
+        backend = cls.init()
+        strategy = NumaStrategy(strategy)
+        with cls._lock:
+            if backend.numa is None:
+                lib.llama_numa_init(int(strategy))
+                backend.numa = strategy
+            elif backend.numa != strategy:
+                raise BackendError(f"NUMA already initialised with {backend.numa.name}, cannot switch to {strategy.name}")
+        return backend
+
+    @classmethod
+    def initialised(cls) -> bool:
+        return cls._instance is not None
+
+    def _require(self, names: list[str]) -> None:
+        for name in names:
+            status = next((s for s in self._statuses if s.name == name), None)
+            if status is None:
+                raise NoBackendError(f"backend {name!r} is not installed: pip install llamaplug-backend-{name}")
+            if not status.loaded:
+                raise BackendError(f"backend {name!r} cannot run here: {status.reason}")
+
+    def __enter__(self) -> LlamaBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to free early: the native state lives as long as the process (see class doc)."""
+
+    # -- capability probes -------------------------------------------------
+    def supports_gpu_offload(self) -> bool:
+        return bool(lib.llama_supports_gpu_offload())
+
+    def supports_mmap(self) -> bool:
+        return bool(lib.llama_supports_mmap())
+
+    def supports_mlock(self) -> bool:
+        return bool(lib.llama_supports_mlock())
+
+    def supports_rpc(self) -> bool:
+        return bool(lib.llama_supports_rpc())
+
+    def max_devices(self) -> int:
+        return int(lib.llama_max_devices())
+
+    def system_info(self) -> str:
+        return ffi.string(lib.llama_print_system_info()).decode().strip()
+
+    def backends(self) -> list[BackendStatus]:
+        return list(self._statuses)
+
+    def devices(self) -> list[DeviceInfo]:
+        found = []
+        free, total = ffi.new("size_t *"), ffi.new("size_t *")
+        for i in range(lib.ggml_backend_dev_count()):
+            dev = lib.ggml_backend_dev_get(i)
+            lib.ggml_backend_dev_memory(dev, free, total)
+            found.append(DeviceInfo(
+                name=ffi.string(lib.ggml_backend_dev_name(dev)).decode(),
+                description=ffi.string(lib.ggml_backend_dev_description(dev)).decode(),
+                type=_DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "unknown"),
+                memory_free=int(free[0]), memory_total=int(total[0]),
+            ))
+        return found
+
+
+_TOKEN = object()
+
+
+def _requested(explicit: list[str] | None) -> list[str] | None:
+    if explicit:
+        return list(explicit)
+    env = os.environ.get("LLAMAPLUG_BACKENDS")
+    return [n.strip() for n in env.split(",") if n.strip()] if env else None
+
+
+def _verdict(spec: BackendSpec) -> ProbeResult:
+    if (spec.llama_cpp_commit, spec.ggml_version) != (LLAMA_CPP_COMMIT, GGML_VERSION):
+        return ProbeResult(False, (
+            f"built from llama.cpp {spec.llama_cpp_commit} (ggml {spec.ggml_version}), but llamaplug "
+            f"{LLAMA_CPP_COMMIT} (ggml {GGML_VERSION}) needs the same pin: reinstall {spec.distribution}"
+        ))
+    try:
+        return spec.probe()
+    except Exception as exc:  # a probe's failure is a verdict, never a crash of the caller
+        return ProbeResult(False, f"probe failed: {type(exc).__name__}: {exc}")
+
+
+def _load_backends(explicit: list[str] | None) -> list[BackendStatus]:
+    specs = plugins.backend_specs()
+    if not specs:
+        raise NoBackendError(
+            "no compute backend plugin is installed: pip install llamaplug-backend-cpu "
+            "(and llamaplug-backend-cuda / -vulkan / ... for a GPU)"
+        )
+    wanted = _requested(explicit)
+    statuses = []
+    for spec in specs:
+        verdict = _verdict(spec)
+        # CPU always loads: llama.cpp needs it for host buffers and unsupported ops.
+        chosen = verdict.ok and (wanted is None or spec.name in wanted or spec.name == "cpu")
+        reason = verdict.reason
+        if chosen:
+            for module in verdict.modules:
+                if lib.ggml_backend_load(str(module).encode()) == ffi.NULL:
+                    chosen, reason = False, f"ggml could not load {module}"
+                    break
+        elif verdict.ok:
+            reason = f"{reason}; not selected (LlamaParams.backends / LLAMAPLUG_BACKENDS)"
+        statuses.append(BackendStatus(
+            name=spec.name, distribution=spec.distribution, priority=spec.priority, ok=verdict.ok,
+            loaded=chosen, reason=reason, variant=verdict.variant, devices=verdict.devices,
+        ))
+        log.info("backend %s: %s (%s)", spec.name, "loaded" if chosen else "not loaded", reason)
+    by_name = {s.name: s for s in statuses}
+    for name in wanted or []:
+        if name not in by_name:
+            raise NoBackendError(f"backend {name!r} was requested but is not installed: pip install llamaplug-backend-{name}")
+        if not by_name[name].loaded:
+            raise (BackendMismatchError if "reinstall" in by_name[name].reason else BackendError)(
+                f"backend {name!r} was requested but cannot run here: {by_name[name].reason}"
+            )
+    cpu = by_name.get("cpu")
+    if cpu is None or not cpu.loaded:
+        why = cpu.reason if cpu else "llamaplug-backend-cpu is not installed"
+        error = BackendMismatchError if cpu and "reinstall" in cpu.reason else NoBackendError
+        raise error(f"the CPU backend is required and could not be loaded: {why} (pip install llamaplug-backend-cpu)")
+    return statuses

@@ -1,0 +1,349 @@
+"""LlamaContext: the KV cache and the forward pass of one model.
+
+Logits and embeddings come back as numpy views over llama.cpp's own buffers
+(no copy); a view is valid until the next decode on this context. One
+context per thread: a context is not safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import (
+    ContextOverflowError,
+    ContextTooLargeError,
+    InvalidParameterError,
+    StateError,
+    raise_for_status,
+)
+from ..params import ContextParams, SamplerParams
+from ..raw import ffi, lib
+from . import _native_log
+from ._handle import NativeHandle
+from .batch import LlamaBatch
+from .model import LlamaModel
+
+
+class LlamaContext(NativeHandle):
+    """A context on `model`; closed automatically when the model is closed."""
+
+    _what = "context"
+
+    def __init__(self, model: LlamaModel, params: ContextParams | None = None):
+        self.params = params = params or ContextParams()
+        c = lib.llama_context_default_params()
+        self._fill(c, params, model)
+        with _native_log.capture_errors() as errors:
+            ptr = lib.llama_init_from_model(model._ptr, c)
+        if ptr == ffi.NULL:
+            raise ContextTooLargeError(
+                f"could not create a context with n_ctx={params.n_ctx or model.n_ctx_train}, "
+                f"n_batch={params.n_batch}, n_seq_max={params.n_seq_max} for {model.path.name}: "
+                f"{'; '.join(errors[-3:]) or 'llama.cpp gave no reason'} (lower n_ctx or n_batch)"
+            )
+        self._adopt(ptr, lib.llama_free)
+        model._dependents.add(self)
+        self.model = model
+        self._mem = lib.llama_get_memory(ptr)
+        self.n_vocab = model.n_vocab
+        self.n_past = 0
+        self._one = LlamaBatch(1, 1)
+        self._one.add(0, 0, (0,), True)
+        # Which tokens of the last batch produced outputs, to check get_logits_ith's index.
+        self._outputs = np.zeros(0, dtype=np.int8)
+        from ..plugins import pm
+
+        pm.hook.llamaplug_context_created(context=self)
+
+    @staticmethod
+    def _fill(c: Any, p: ContextParams, model: LlamaModel) -> None:
+        max_seq = int(lib.llama_max_parallel_sequences())
+        if p.n_seq_max > max_seq:
+            raise InvalidParameterError(f"n_seq_max={p.n_seq_max} exceeds llama.cpp's limit of {max_seq}",
+                                        field="n_seq_max")
+        if p.n_ctx > 0x7FFFFFFF:
+            raise InvalidParameterError(f"n_ctx={p.n_ctx} is not a valid context size", field="n_ctx")
+        for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "n_threads", "yarn_ext_factor",
+                     "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "defrag_thold",
+                     "rope_freq_base", "rope_freq_scale", "embeddings", "offload_kqv", "no_perf", "op_offload",
+                     "swa_full", "kv_unified"):
+            setattr(c, name, getattr(p, name))
+        c.n_threads_batch = p.n_threads_batch or p.n_threads
+        for name in ("rope_scaling_type", "pooling_type", "attention_type", "flash_attn_type", "type_k", "type_v"):
+            setattr(c, name, int(getattr(p, name)))
+
+    # -- sizes ---------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return int(lib.llama_n_ctx(self._ptr))
+
+    @property
+    def n_batch(self) -> int:
+        return int(lib.llama_n_batch(self._ptr))
+
+    @property
+    def n_ubatch(self) -> int:
+        return int(lib.llama_n_ubatch(self._ptr))
+
+    @property
+    def n_seq_max(self) -> int:
+        return int(lib.llama_n_seq_max(self._ptr))
+
+    def set_n_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
+        if n_threads < 1 or (n_threads_batch is not None and n_threads_batch < 1):
+            raise InvalidParameterError("thread counts must be >= 1", field="n_threads")
+        lib.llama_set_n_threads(self._ptr, n_threads, n_threads_batch or n_threads)
+
+    # -- forward pass --------------------------------------------------------
+    def _check_batch(self, batch: LlamaBatch) -> None:
+        n = batch.n_tokens
+        if n == 0:
+            raise InvalidParameterError("cannot decode an empty batch", field="batch")
+        if n > self.n_batch:
+            raise InvalidParameterError(f"batch of {n} tokens exceeds n_batch={self.n_batch}", field="batch")
+        self.model.check_tokens(batch.token[:n])
+        seqs = batch.seq_ids[:n]
+        used = np.arange(batch.n_seq_max) < batch.n_seq_id[:n, None]
+        if used.any() and (seqs[used].min() < 0 or seqs[used].max() >= self.n_seq_max):
+            bad = int(seqs[used][(seqs[used] < 0) | (seqs[used] >= self.n_seq_max)][0])
+            raise InvalidParameterError(f"seq_id {bad} is outside 0..{self.n_seq_max - 1} (n_seq_max)",
+                                        field="seq_id")
+        top = int(batch.pos[:n].max())
+        if top >= self.n_ctx:
+            raise ContextOverflowError(f"position {top} is outside the context window (n_ctx={self.n_ctx})")
+
+    def decode(self, batch: LlamaBatch | Any) -> None:
+        """Run a batch; or, given token ids, feed them to sequence 0 at n_past in n_batch chunks."""
+        if not isinstance(batch, LlamaBatch):
+            self.eval(batch, self.n_past)
+            return
+        self._check_batch(batch)
+        rc = lib.llama_decode(self._ptr, batch.c_batch())
+        raise_for_status("llama_decode", rc, n_tokens=batch.n_tokens)
+        self._outputs = batch.logits[: batch.n_tokens].copy()
+        self.n_past = max(self.n_past, int(batch.pos[: batch.n_tokens].max()) + 1)
+
+    def encode(self, batch: LlamaBatch) -> None:
+        self._check_batch(batch)
+        rc = lib.llama_encode(self._ptr, batch.c_batch())
+        raise_for_status("llama_encode", rc, n_tokens=batch.n_tokens)
+
+    def eval(self, tokens: Any, n_past: int) -> None:
+        """Feed `tokens` to sequence 0 at positions n_past, n_past+1, ...; logits for the last one."""
+        arr = self.model.check_tokens(tokens)
+        if arr.size == 0:
+            raise InvalidParameterError("no tokens to evaluate", field="tokens")
+        if n_past < 0:
+            raise InvalidParameterError(f"n_past must be >= 0, got {n_past}", field="n_past")
+        if n_past + arr.size > self.n_ctx:
+            raise ContextOverflowError(
+                f"{arr.size} tokens at position {n_past} do not fit in the context window (n_ctx={self.n_ctx})"
+            )
+        step = self.n_batch
+        batch = LlamaBatch(min(step, arr.size), 1)
+        for start in range(0, arr.size, step):
+            batch.clear()
+            batch.add_sequence(arr[start:start + step], 0, False, n_past + start)
+            self.decode(batch)
+        self.n_past = n_past + arr.size
+
+    def decode_single(self, token: int) -> None:
+        """Feed one token to sequence 0 at n_past: the generation loop's step (no allocation)."""
+        if not 0 <= token < self.n_vocab:
+            self.model.check_token(token)
+        if self.n_past >= self.n_ctx:
+            raise ContextOverflowError(f"the context window is full (n_ctx={self.n_ctx})")
+        one = self._one
+        one.token[0] = token
+        one.pos[0] = self.n_past
+        rc = lib.llama_decode(self._ptr, one.c_batch())
+        raise_for_status("llama_decode", rc, token=token, pos=self.n_past)
+        self._outputs = one.logits
+        self.n_past += 1
+
+    # -- outputs -------------------------------------------------------------
+    def check_output_index(self, i: int) -> int:
+        """`i` (negative counts from the end) if token i of the last batch produced outputs."""
+        n = self._outputs.size
+        j = i + n if i < 0 else i
+        if not 0 <= j < n or not self._outputs[j]:
+            raise InvalidParameterError(
+                f"no logits for batch index {i}: the last batch had {n} tokens"
+                f"{' with outputs at ' + str(np.flatnonzero(self._outputs).tolist()[:8]) if n else ' (nothing decoded yet)'}",
+                field="i",
+            )
+        return i
+
+    def get_logits(self) -> np.ndarray:
+        """Logits of every output of the last batch, shape (n_outputs, n_vocab), a view."""
+        n_out = int(np.count_nonzero(self._outputs))
+        if n_out == 0:
+            raise InvalidParameterError("no logits: nothing with outputs was decoded yet", field="logits")
+        ptr = lib.llama_get_logits(self._ptr)
+        return np.frombuffer(ffi.buffer(ptr, 4 * n_out * self.n_vocab), dtype=np.float32).reshape(n_out, -1)
+
+    def get_logits_ith(self, i: int) -> np.ndarray:
+        """Logits for token `i` of the last batch (-1: the last), a view of n_vocab floats."""
+        ptr = lib.llama_get_logits_ith(self._ptr, self.check_output_index(i))
+        if ptr == ffi.NULL:
+            raise InvalidParameterError(f"llama.cpp has no logits for batch index {i}", field="i")
+        return np.frombuffer(ffi.buffer(ptr, 4 * self.n_vocab), dtype=np.float32)
+
+    def get_embeddings_ith(self, i: int) -> np.ndarray:
+        if not self.params.embeddings:
+            raise InvalidParameterError("embeddings are off: create the context with embeddings=True",
+                                        field="embeddings")
+        ptr = lib.llama_get_embeddings_ith(self._ptr, self.check_output_index(i))
+        if ptr == ffi.NULL:
+            raise InvalidParameterError(f"no embeddings for batch index {i}", field="i")
+        return np.frombuffer(ffi.buffer(ptr, 4 * self.model.n_embd), dtype=np.float32)
+
+    def get_embeddings_seq(self, seq_id: int) -> np.ndarray:
+        self._check_seq(seq_id)
+        ptr = lib.llama_get_embeddings_seq(self._ptr, seq_id)
+        if ptr == ffi.NULL:
+            raise InvalidParameterError(f"no pooled embeddings for seq_id {seq_id} (pooling_type NONE?)",
+                                        field="seq_id")
+        return np.frombuffer(ffi.buffer(ptr, 4 * self.model.n_embd), dtype=np.float32)
+
+    # -- KV cache ------------------------------------------------------------
+    def _check_seq(self, seq_id: int, allow_all: bool = False) -> None:
+        if allow_all and seq_id == -1:
+            return
+        if not 0 <= seq_id < self.n_seq_max:
+            raise InvalidParameterError(
+                f"seq_id {seq_id} is outside 0..{self.n_seq_max - 1} (n_seq_max={self.n_seq_max})"
+                + (" or -1 for all" if allow_all else ""), field="seq_id")
+
+    @property
+    def _memory(self) -> Any:
+        self._ptr  # noqa: B018 - raises ClosedError once closed
+        return self._mem
+
+    def clear_cache(self) -> None:
+        """Empty the KV cache of every sequence."""
+        lib.llama_memory_clear(self._memory, True)
+        self.n_past = 0
+        self._outputs = np.zeros(0, dtype=np.int8)
+
+    kv_cache_clear = clear_cache
+
+    def kv_cache_seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        self._check_seq(seq_id, allow_all=True)
+        ok = bool(lib.llama_memory_seq_rm(self._memory, seq_id, p0, p1))
+        if ok and seq_id in (0, -1):  # sequence 0 is the one n_past tracks
+            self.n_past = int(lib.llama_memory_seq_pos_max(self._memory, 0)) + 1
+        return ok
+
+    def kv_cache_seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1) -> None:
+        self._check_seq(seq_id_src)
+        self._check_seq(seq_id_dst)
+        lib.llama_memory_seq_cp(self._memory, seq_id_src, seq_id_dst, p0, p1)
+
+    def kv_cache_seq_keep(self, seq_id: int) -> None:
+        self._check_seq(seq_id)
+        lib.llama_memory_seq_keep(self._memory, seq_id)
+
+    def kv_cache_seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        self._check_seq(seq_id)
+        if not lib.llama_memory_can_shift(self._memory):
+            raise InvalidParameterError("this model's memory cannot shift positions", field="delta")
+        lib.llama_memory_seq_add(self._memory, seq_id, p0, p1, delta)
+
+    kv_cache_seq_shift = kv_cache_seq_add
+
+    def kv_cache_seq_pos_min(self, seq_id: int) -> int:
+        self._check_seq(seq_id)
+        return int(lib.llama_memory_seq_pos_min(self._memory, seq_id))
+
+    def kv_cache_seq_pos_max(self, seq_id: int) -> int:
+        self._check_seq(seq_id)
+        return int(lib.llama_memory_seq_pos_max(self._memory, seq_id))
+
+    # -- state ---------------------------------------------------------------
+    def state_size(self) -> int:
+        return int(lib.llama_state_get_size(self._ptr))
+
+    def state_get(self) -> bytes:
+        """The whole context state (KV cache, outputs, RNG) as bytes."""
+        size = self.state_size()
+        buf = ffi.new("uint8_t[]", size)
+        written = lib.llama_state_get_data(self._ptr, buf, size)
+        if written == 0:
+            raise StateError("llama.cpp could not serialise the context state")
+        return ffi.unpack(ffi.cast("char *", buf), written)
+
+    def state_set(self, data: bytes, n_past: int | None = None) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)) or not len(data):
+            raise StateError("state must be non-empty bytes from state_get()")
+        with _native_log.capture_errors() as errors:
+            read = lib.llama_state_set_data(self._ptr, ffi.from_buffer("uint8_t[]", data), len(data))
+        if read == 0:
+            raise StateError(f"llama.cpp rejected the state ({len(data)} bytes): {'; '.join(errors) or 'no reason'}")
+        self.n_past = self.kv_cache_seq_pos_max(0) + 1 if n_past is None else n_past
+
+    def state_save_file(self, path: str | os.PathLike[str], tokens: Any = ()) -> Path:
+        target = Path(path)
+        arr = self.model.check_tokens(tokens)
+        c_tokens = ffi.from_buffer("llama_token[]", arr) if arr.size else ffi.NULL
+        if not lib.llama_state_save_file(self._ptr, str(target).encode(), c_tokens, arr.size):
+            raise StateError(f"could not save the context state to {target}")
+        return target
+
+    def state_load_file(self, path: str | os.PathLike[str]) -> list[int]:
+        """Restore a state saved by state_save_file; returns the tokens saved with it."""
+        source = Path(path)
+        if not source.is_file():
+            raise StateError(f"state file not found: {source}")
+        capacity = self.n_ctx
+        tokens = ffi.new("llama_token[]", capacity)
+        n = ffi.new("size_t *")
+        with _native_log.capture_errors() as errors:
+            ok = lib.llama_state_load_file(self._ptr, str(source).encode(), tokens, capacity, n)
+        if not ok:
+            raise StateError(f"could not load state from {source}: {'; '.join(errors) or 'no reason given'}")
+        self.n_past = int(n[0])
+        return ffi.unpack(tokens, int(n[0]))
+
+    # -- perf ----------------------------------------------------------------
+    def perf(self) -> dict[str, float]:
+        data = lib.llama_perf_context(self._ptr)
+        return {name: getattr(data, name) for name in
+                ("t_start_ms", "t_load_ms", "t_p_eval_ms", "t_eval_ms", "n_p_eval", "n_eval", "n_reused")}
+
+    def perf_reset(self) -> None:
+        lib.llama_perf_context_reset(self._ptr)
+
+    # -- generation (seed 004) -----------------------------------------------
+    def generate(self, prompt_tokens: Any, max_tokens: int) -> str:
+        """Text generated after `prompt_tokens` with the default sampling settings."""
+        return self.generate_with_params(prompt_tokens, max_tokens, SamplerParams())
+
+    def generate_with_params(self, prompt_tokens: Any, max_tokens: int, sampler_params: SamplerParams) -> str:
+        from .sampling import SamplerChain
+
+        if max_tokens < 0:
+            raise InvalidParameterError(f"max_tokens must be >= 0, got {max_tokens}", field="max_tokens")
+        tokens = self.model.check_tokens(prompt_tokens)
+        if tokens.size == 0:
+            raise InvalidParameterError("the prompt has no tokens", field="prompt_tokens")
+        self.clear_cache()
+        self.eval(tokens, 0)
+        out: list[int] = []
+        with SamplerChain.from_params(sampler_params) as sampler:
+            for _ in range(max_tokens):
+                token = sampler.sample(self, -1)
+                if self.model.token_is_eog(token):
+                    break
+                out.append(token)
+                if self.n_past >= self.n_ctx:
+                    break
+                self.decode_single(token)
+        return self.model.detokenize(out)
+
+    def __repr__(self) -> str:
+        return "<LlamaContext closed>" if self.closed else f"<LlamaContext n_ctx={self.n_ctx} n_past={self.n_past}>"

@@ -1,0 +1,252 @@
+"""LlamaModel: weights, vocabulary and metadata of one GGUF file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendNotInitialisedError, InvalidModelError, InvalidParameterError, InvalidTokenError
+from ..params import ModelParams
+from ..raw import ffi, lib
+from . import _native_log
+from ._handle import NativeHandle
+from .backend import LlamaBackend
+from .gguf_header import check_model_path
+
+
+def encode_text(text: str, what: str = "text") -> bytes:
+    """UTF-8 of user text; unencodable input (lone surrogates) is an error, never silently replaced."""
+    if not isinstance(text, str):
+        raise InvalidParameterError(f"{what} must be str, got {type(text).__name__}", field=what)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidParameterError(
+            f"{what} is not valid Unicode at character {exc.start} ({text[exc.start:exc.end]!r}): {exc.reason}",
+            field=what,
+        ) from None
+
+
+class LlamaModel(NativeHandle):
+    """A loaded model. Outlives its contexts: closing it closes them first."""
+
+    _what = "model"
+
+    def __init__(self, path: str | os.PathLike[str], params: ModelParams | None = None):
+        if not LlamaBackend.initialised():
+            raise BackendNotInitialisedError(
+                "call LlamaBackend.init() before loading a model (Llama.load does it for you)"
+            )
+        self.path = check_model_path(path)
+        self.params = params or ModelParams()
+        c_params, keep_alive = self._c_params(self.params)
+        with _native_log.capture_errors() as errors:
+            ptr = lib.llama_model_load_from_file(str(self.path).encode(), c_params)
+        del keep_alive
+        if ptr == ffi.NULL:
+            detail = "; ".join(errors[-3:]) or "llama.cpp gave no reason"
+            raise InvalidModelError(f"llama.cpp could not load {self.path}: {detail}")
+        self._adopt(ptr, lib.llama_model_free)
+        self._vocab = lib.llama_model_get_vocab(ptr)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
+        from ..plugins import pm
+
+        pm.hook.llamaplug_model_loaded(model=self)
+
+    @staticmethod
+    def _c_params(params: ModelParams) -> tuple[Any, list[Any]]:
+        c = lib.llama_model_default_params()
+        c.n_gpu_layers = params.n_gpu_layers
+        c.split_mode = int(params.split_mode)
+        c.main_gpu = params.main_gpu
+        c.load_mode = params.load_mode
+        c.vocab_only = params.vocab_only
+        c.check_tensors = params.check_tensors
+        keep: list[Any] = []
+        if params.tensor_split is not None:
+            n = int(lib.llama_max_devices())
+            if len(params.tensor_split) > n:
+                raise InvalidParameterError(
+                    f"tensor_split has {len(params.tensor_split)} entries, llama.cpp takes at most {n}",
+                    field="tensor_split",
+                )
+            split = ffi.new("float[]", n)
+            split[0:len(params.tensor_split)] = params.tensor_split
+            c.tensor_split = split
+            keep.append(split)
+        return c, keep
+
+    # -- tokens ------------------------------------------------------------
+    def check_token(self, token: int) -> int:
+        if not 0 <= token < self.n_vocab:
+            raise InvalidTokenError(f"token id {token} is outside the vocabulary (0..{self.n_vocab - 1})", token=token)
+        return token
+
+    def check_tokens(self, tokens: Any) -> np.ndarray:
+        """Tokens as an int32 array, each checked against the vocabulary (vectorised)."""
+        arr = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if arr.size:
+            bad = np.flatnonzero((arr < 0) | (arr >= self.n_vocab))
+            if bad.size:
+                token = int(arr[bad[0]])
+                raise InvalidTokenError(
+                    f"token id {token} at position {int(bad[0])} is outside the vocabulary (0..{self.n_vocab - 1})",
+                    token=token,
+                )
+        return arr.astype(np.int32)
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Token ids of `text`; `special=True` parses control-token text like "<|im_start|>"."""
+        data = encode_text(text)
+        n_max = len(data) + 2 * int(add_bos) + 1
+        buf = ffi.new("llama_token[]", n_max)
+        n = lib.llama_tokenize(self._vocab_ptr, data, len(data), buf, n_max, add_bos, special)
+        if n < 0:  # the buffer estimate was short (some vocabularies add more than BOS)
+            n_max = -n
+            buf = ffi.new("llama_token[]", n_max)
+            n = lib.llama_tokenize(self._vocab_ptr, data, len(data), buf, n_max, add_bos, special)
+        if n < 0:
+            raise InvalidParameterError(f"tokenization failed for {len(data)} bytes of text", field="text")
+        return ffi.unpack(buf, n)
+
+    def detokenize(self, tokens: Any, special: bool = False) -> str:
+        """Text of `tokens`; `special=True` renders control tokens as their text."""
+        return self.detokenize_bytes(tokens, special).decode("utf-8", "replace")
+
+    def detokenize_bytes(self, tokens: Any, special: bool = False) -> bytes:
+        arr = self.check_tokens(tokens)
+        if not arr.size:
+            return b""
+        c_tokens = ffi.from_buffer("llama_token[]", arr)
+        size = max(64, arr.size * 8)
+        for _ in range(2):
+            buf = ffi.new("char[]", size)
+            n = lib.llama_detokenize(self._vocab_ptr, c_tokens, arr.size, buf, size, False, special)
+            if n >= 0:
+                return ffi.unpack(buf, n)
+            size = -n
+        raise InvalidParameterError("detokenization failed", field="tokens")
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        """The raw bytes of one token (may be part of a UTF-8 character)."""
+        self.check_token(token)
+        buf = ffi.new("char[]", 64)
+        n = lib.llama_token_to_piece(self._vocab_ptr, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ffi.new("char[]", -n)
+            n = lib.llama_token_to_piece(self._vocab_ptr, token, buf, -n, 0, special)
+        return ffi.unpack(buf, n)
+
+    def token_to_str(self, token: int, special: bool = False) -> str:
+        return self.token_to_piece(token, special).decode("utf-8", "replace")
+
+    def token_is_eog(self, token: int) -> bool:
+        return bool(lib.llama_vocab_is_eog(self._vocab_ptr, self.check_token(token)))
+
+    def token_is_control(self, token: int) -> bool:
+        return bool(lib.llama_vocab_is_control(self._vocab_ptr, self.check_token(token)))
+
+    @property
+    def _vocab_ptr(self) -> Any:
+        self._ptr  # noqa: B018 - raises ClosedError once closed
+        return self._vocab
+
+    def _special(self, fn: Any) -> int | None:
+        token = int(fn(self._vocab_ptr))
+        return None if token == lib.LLAMA_TOKEN_NULL else token
+
+    @property
+    def bos(self) -> int | None:
+        return self._special(lib.llama_vocab_bos)
+
+    @property
+    def eos(self) -> int | None:
+        return self._special(lib.llama_vocab_eos)
+
+    @property
+    def eot(self) -> int | None:
+        return self._special(lib.llama_vocab_eot)
+
+    @property
+    def nl(self) -> int | None:
+        return self._special(lib.llama_vocab_nl)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(lib.llama_vocab_get_add_bos(self._vocab_ptr))
+
+    @property
+    def vocab_type(self) -> int:
+        return int(lib.llama_vocab_type(self._vocab_ptr))
+
+    # -- shape and metadata -----------------------------------------------
+    @property
+    def n_ctx_train(self) -> int:
+        return int(lib.llama_model_n_ctx_train(self._ptr))
+
+    @property
+    def n_embd(self) -> int:
+        return int(lib.llama_model_n_embd(self._ptr))
+
+    @property
+    def n_layer(self) -> int:
+        return int(lib.llama_model_n_layer(self._ptr))
+
+    @property
+    def n_head(self) -> int:
+        return int(lib.llama_model_n_head(self._ptr))
+
+    @property
+    def n_params(self) -> int:
+        return int(lib.llama_model_n_params(self._ptr))
+
+    @property
+    def size(self) -> int:
+        """Bytes of all weight tensors."""
+        return int(lib.llama_model_size(self._ptr))
+
+    @property
+    def desc(self) -> str:
+        return _read_string(lambda buf, n: lib.llama_model_desc(self._ptr, buf, n))
+
+    @property
+    def chat_template(self) -> str | None:
+        ptr = lib.llama_model_chat_template(self._ptr, ffi.NULL)
+        return None if ptr == ffi.NULL else ffi.string(ptr).decode("utf-8", "replace")
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """GGUF metadata as strings (arrays are summarised by llama.cpp)."""
+        ptr = self._ptr
+        out = {}
+        for i in range(lib.llama_model_meta_count(ptr)):
+            key = _read_string(lambda buf, n: lib.llama_model_meta_key_by_index(ptr, i, buf, n))
+            out[key] = _read_string(lambda buf, n: lib.llama_model_meta_val_str_by_index(ptr, i, buf, n))
+        return out
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        target = Path(path)
+        if not target.parent.is_dir():
+            raise InvalidParameterError(f"cannot save model: directory {target.parent} does not exist", field="path")
+        with _native_log.capture_errors() as errors:
+            lib.llama_model_save_to_file(self._ptr, str(target).encode())
+        if not target.is_file():
+            raise InvalidModelError(f"llama.cpp did not write {target}: {'; '.join(errors) or 'no reason given'}")
+        return target
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.desc
+        return f"<LlamaModel {self.path.name} {state}>"
+
+
+def _read_string(fill: Any, size: int = 256) -> str:
+    """Call a llama.cpp snprintf-style getter, growing the buffer once if needed."""
+    buf = ffi.new("char[]", size)
+    n = fill(buf, size)
+    if n >= size:
+        buf = ffi.new("char[]", n + 1)
+        n = fill(buf, n + 1)
+    return "" if n < 0 else ffi.string(buf).decode("utf-8", "replace")

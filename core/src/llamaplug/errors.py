@@ -1,0 +1,103 @@
+"""Every public failure of llamaplug is a LlamaError subclass.
+
+`raise_for_status` is the one place that turns llama.cpp return codes into
+exceptions; call sites pass what they were doing and where.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LlamaError(Exception):
+    """Base of every error llamaplug raises."""
+
+
+class BackendError(LlamaError):
+    """A compute backend could not be found, probed or loaded."""
+
+
+class NoBackendError(BackendError):
+    """No usable compute backend is installed."""
+
+
+class BackendNotInitialisedError(BackendError):
+    """The native backend was used before LlamaBackend.init()."""
+
+
+class BackendMismatchError(BackendError):
+    """A backend module was built from another llama.cpp than the core."""
+
+
+class ModelNotFoundError(LlamaError, FileNotFoundError):
+    """The model path does not exist or is not a file."""
+
+
+class InvalidModelError(LlamaError):
+    """The file exists but llama.cpp cannot load it as a model."""
+
+
+class ContextTooLargeError(LlamaError):
+    """The context (KV cache and buffers) could not be allocated."""
+
+
+class ContextOverflowError(LlamaError):
+    """The tokens do not fit in the context window."""
+
+
+class DecodeError(LlamaError):
+    """llama_decode / llama_encode failed; `code` is llama.cpp's return code."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+class InvalidParameterError(LlamaError, ValueError):
+    """A parameter is out of range or of the wrong type; `field` names it."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidTokenError(LlamaError, ValueError):
+    """A token id is outside the model's vocabulary."""
+
+    def __init__(self, message: str, token: int | None = None):
+        super().__init__(message)
+        self.token = token
+
+
+class ClosedError(LlamaError):
+    """An object was used after close() (or after its model was closed)."""
+
+
+class StateError(LlamaError):
+    """A context state could not be saved or restored."""
+
+
+# llama_decode's documented return codes (llama.h).
+_DECODE_CODES = {
+    1: "no KV-cache slot for the batch: the context is full (reduce the batch or increase n_ctx)",
+    2: "aborted by the abort callback",
+    -1: "invalid input batch",
+    -2: "could not allocate compute buffers",
+    -3: "the compute graph failed",
+}
+
+
+def raise_for_status(op: str, rc: int, **where: Any) -> None:
+    """Raise the LlamaError for llama.cpp return code `rc` of operation `op`."""
+    if rc == 0:
+        return
+    place = ", ".join(f"{k}={v}" for k, v in where.items())
+    place = f" ({place})" if place else ""
+    if op in ("llama_decode", "llama_encode"):
+        if rc == 2:
+            raise KeyboardInterrupt(f"{op} aborted{place}")
+        message = f"{op} failed with code {rc}: {_DECODE_CODES.get(rc, 'unknown failure')}{place}"
+        if rc == 1:
+            raise ContextOverflowError(message)
+        raise DecodeError(message, rc)
+    raise LlamaError(f"{op} failed with code {rc}{place}")

@@ -1,0 +1,1 @@
+"""The high level: Llama and completions."""

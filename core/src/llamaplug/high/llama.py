@@ -1,0 +1,187 @@
+"""Llama: the orchestrator that owns a model, a context and the generation loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..blocks import _native_log
+from ..blocks.backend import LlamaBackend
+from ..blocks.context import LlamaContext
+from ..blocks.model import LlamaModel
+from ..blocks.sampling import LlamaSampler, SamplerChain
+from ..errors import ContextOverflowError, InvalidParameterError
+from ..params import LlamaParams
+from .completion import (
+    Completion,
+    CompletionChunk,
+    CompletionTimings,
+    StopReason,
+    TextAssembler,
+    TokenLogprob,
+)
+
+
+class Llama:
+    """Model + context + default sampler; `create_completion` runs the whole loop."""
+
+    def __init__(self, params: LlamaParams, backend: LlamaBackend, model: LlamaModel, context: LlamaContext):
+        self.params = params
+        self.backend = backend
+        self._model = model
+        self._context = context
+
+    @classmethod
+    def load(cls, params: LlamaParams | str) -> Llama:
+        if not isinstance(params, LlamaParams):
+            params = LlamaParams(model_path=params)
+        _native_log.set_level(params.log_level)
+        backend = LlamaBackend.init(params.backends)
+        model = LlamaModel(params.model_path, params.model_params())
+        try:
+            context = LlamaContext(model, params.context_params())
+        except BaseException:
+            model.close()
+            raise
+        return cls(params, backend, model, context)
+
+    @property
+    def model(self) -> LlamaModel:
+        return self._model
+
+    @property
+    def context(self) -> LlamaContext:
+        return self._context
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        return self._model.tokenize(text, add_bos, special)
+
+    def detokenize(self, tokens: Any, special: bool = False) -> str:
+        return self._model.detokenize(tokens, special)
+
+    def close(self) -> None:
+        self._model.close()  # closes the context first
+
+    def __enter__(self) -> Llama:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- completion ------------------------------------------------------------
+    def create_completion(
+        self,
+        prompt: str | list[int],
+        max_tokens: int | None = 16,
+        sampler: LlamaSampler | None = None,
+        stop: str | list[str] | None = None,
+        stream: bool = False,
+        logprobs: int | None = None,
+        special: bool = False,
+    ) -> Completion | Iterator[CompletionChunk]:
+        """Complete `prompt` (text, or token ids).
+
+        max_tokens=None generates until EOS or a full context. The default
+        sampler is greedy. `special=True` parses control-token text in the
+        prompt. With stream=True, returns an iterator of CompletionChunk whose
+        texts join to the non-streamed text.
+        """
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
+            raise InvalidParameterError(f"max_tokens must be a non-negative int or None, got {max_tokens!r}",
+                                        field="max_tokens")
+        if logprobs is not None and not 0 <= logprobs <= self._model.n_vocab:
+            raise InvalidParameterError(f"logprobs must be in 0..n_vocab, got {logprobs}", field="logprobs")
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if isinstance(prompt, str):
+            tokens = self._model.tokenize(prompt, True, special)
+        else:
+            tokens = self._model.check_tokens(prompt).tolist()
+        if not tokens:
+            raise InvalidParameterError("the prompt has no tokens", field="prompt")
+        n_ctx = self._context.n_ctx
+        if len(tokens) >= n_ctx:
+            raise ContextOverflowError(
+                f"the prompt has {len(tokens)} tokens but the context holds {n_ctx} (n_ctx); "
+                "shorten the prompt or raise n_ctx"
+            )
+        events = self._generate(tokens, max_tokens, sampler, stops, logprobs)
+        return events if stream else _collect(events, tokens)
+
+    def _generate(self, prompt: list[int], max_tokens: int | None, sampler: LlamaSampler | None,
+                  stops: list[str], n_logprobs: int | None) -> Iterator[CompletionChunk]:
+        ctx, model = self._context, self._model
+        own_sampler = sampler is None
+        if own_sampler:
+            sampler = SamplerChain().greedy()
+        assert sampler is not None
+        try:
+            t0 = time.perf_counter()
+            ctx.clear_cache()
+            ctx.eval(prompt, 0)
+            t1 = time.perf_counter()
+            text = TextAssembler(stops)
+            limit = ctx.n_ctx - len(prompt) if max_tokens is None else max_tokens
+            reason = StopReason.MAX_TOKENS
+            produced = 0
+            for step in range(limit):
+                token = sampler.sample(ctx, -1)
+                lp = [self._logprob(token, n_logprobs)] if n_logprobs is not None else None
+                if model.token_is_eog(token):
+                    reason = StopReason.EOS
+                    break
+                produced += 1
+                new = text.feed(model.token_to_piece(token))
+                if text.stopped:
+                    reason = StopReason.STOP_SEQUENCE
+                    yield CompletionChunk(new, [token], lp)
+                    break
+                last = step == limit - 1
+                if not last:
+                    if ctx.n_past >= ctx.n_ctx:
+                        reason = StopReason.CONTEXT_FULL
+                        yield CompletionChunk(new, [token], lp)
+                        break
+                    ctx.decode_single(token)
+                yield CompletionChunk(new, [token], lp)
+            else:
+                if max_tokens is None:
+                    reason = StopReason.CONTEXT_FULL
+            t2 = time.perf_counter()
+            timings = CompletionTimings(len(prompt), (t1 - t0) * 1e3, produced, (t2 - t1) * 1e3)
+            yield CompletionChunk(text.finish(), [], None, reason, timings)
+        finally:
+            if own_sampler:
+                sampler.close()
+
+    def _logprob(self, token: int, n: int) -> TokenLogprob:
+        # The logits row is a view; log-softmax runs in numpy, never a Python loop over the vocabulary.
+        logits = self._context.get_logits_ith(-1)
+        top = logits.max()
+        logz = top + np.log(np.exp(logits - top, dtype=np.float64).sum())
+        best: tuple[tuple[int, float], ...] = ()
+        if n:
+            idx = np.argpartition(-logits, n - 1)[:n] if n < logits.size else np.arange(logits.size)
+            idx = idx[np.argsort(-logits[idx])]
+            best = tuple((int(i), float(logits[i] - logz)) for i in idx)
+        return TokenLogprob(token, self._model.token_to_str(token), float(logits[token] - logz), best)
+
+
+def _collect(events: Iterator[CompletionChunk], prompt: list[int]) -> Completion:
+    parts: list[str] = []
+    tokens: list[int] = []
+    logprobs: list[TokenLogprob] = []
+    want_logprobs = False
+    for chunk in events:
+        parts.append(chunk.text)
+        tokens.extend(chunk.tokens)
+        if chunk.logprobs is not None:
+            want_logprobs = True
+            logprobs.extend(chunk.logprobs)
+        if chunk.stop_reason is not None:
+            assert chunk.timings is not None
+            return Completion("".join(parts), tokens, logprobs if want_logprobs else None,
+                              chunk.timings, chunk.stop_reason, prompt)
+    raise AssertionError("generation ended without a final chunk")

@@ -1,0 +1,51 @@
+"""The hooks a llamaplug plugin may implement.
+
+A plugin is a module registered under the ``llamaplug`` entry-point group; it
+implements any of these with ``@llamaplug.hookimpl``. Registration hooks get a
+``register`` callback and call it once per thing they provide.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .blocks.context import LlamaContext
+    from .blocks.model import LlamaModel
+    from .catalog import CatalogEntry
+    from .plugins import BackendSpec
+
+hookspec = pluggy.HookspecMarker("llamaplug")
+hookimpl = pluggy.HookimplMarker("llamaplug")
+
+
+@hookspec
+def llamaplug_register_backends(register: Callable[[BackendSpec], None]) -> None:
+    """Register compute backends: call ``register(BackendSpec(...))`` for each one this plugin ships."""
+
+
+@hookspec
+def llamaplug_register_models(register: Callable[[CatalogEntry], None]) -> None:
+    """Register default-model catalog entries (models that a package on the registry ships)."""
+
+
+@hookspec
+def llamaplug_model_loaded(model: LlamaModel) -> None:
+    """Called after a model is loaded, before any context is created on it."""
+
+
+@hookspec
+def llamaplug_context_created(context: LlamaContext) -> None:
+    """Called after a context is created."""
+
+
+@hookspec
+def llamaplug_register_samplers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register sampler factories: ``register(name, factory)``; SamplerChain.add(name, ...) calls them."""
+
+
+@hookspec(firstresult=True)
+def llamaplug_tokenizer(model: LlamaModel) -> Any | None:
+    """Return a tokenizer (with ``tokenize``/``detokenize``) to use instead of the GGUF's own, or None."""

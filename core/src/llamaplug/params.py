@@ -1,0 +1,258 @@
+"""Parameters as pydantic models; their defaults are llama.cpp's own tools' defaults.
+
+The defaults follow `common_params` of the pinned llama.cpp (what
+`llama-completion` uses), not the bare `llama_context_default_params()`, so
+the same model and prompt give the same greedy text as the native CLI.
+Every model raises InvalidParameterError naming the field on bad input.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import InvalidParameterError
+
+
+class NumaStrategy(enum.IntEnum):
+    DISABLED = 0
+    DISTRIBUTE = 1
+    ISOLATE = 2
+    NUMACTL = 3
+    MIRROR = 4
+
+
+class SplitMode(enum.IntEnum):
+    NONE = 0
+    LAYER = 1
+    ROW = 2
+    TENSOR = 3
+
+
+class FlashAttnType(enum.IntEnum):
+    AUTO = -1
+    DISABLED = 0
+    ENABLED = 1
+
+
+class RopeScalingType(enum.IntEnum):
+    UNSPECIFIED = -1
+    NONE = 0
+    LINEAR = 1
+    YARN = 2
+    LONGROPE = 3
+
+
+class PoolingType(enum.IntEnum):
+    UNSPECIFIED = -1
+    NONE = 0
+    MEAN = 1
+    CLS = 2
+    LAST = 3
+    RANK = 4
+
+
+class AttentionType(enum.IntEnum):
+    UNSPECIFIED = -1
+    CAUSAL = 0
+    NON_CAUSAL = 1
+
+
+class KvCacheType(enum.IntEnum):
+    """KV-cache element type; the values are ggml_type ids."""
+
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q8_0 = 8
+    IQ4_NL = 20
+    BF16 = 30
+
+    @property
+    def memory_factor(self) -> float:
+        """Memory relative to F16 (seed 004's table)."""
+        return {
+            KvCacheType.F32: 2.0, KvCacheType.F16: 1.0, KvCacheType.BF16: 1.0,
+            KvCacheType.Q8_0: 34 / 64, KvCacheType.Q5_0: 22 / 64, KvCacheType.Q5_1: 24 / 64,
+            KvCacheType.Q4_0: 18 / 64, KvCacheType.Q4_1: 20 / 64, KvCacheType.IQ4_NL: 18 / 64,
+        }[self]
+
+
+def physical_cores() -> int:
+    """Physical cores available, as llama.cpp's common_cpu_get_num_math() counts them on Linux."""
+    try:
+        available = os.sched_getaffinity(0)
+    except AttributeError:  # not Linux
+        return max(1, (os.cpu_count() or 2) // 2)
+    siblings = set()
+    for cpu in available:
+        path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings")
+        try:
+            siblings.add(path.read_text().strip())
+        except OSError:
+            siblings.add(str(cpu))
+    return max(1, len(siblings))
+
+
+class Params(BaseModel):
+    """Base: forbids unknown fields, validates on assignment, maps errors to ours."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
+
+    def __init__(self, **data: Any):
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _as_invalid(exc, type(self).__name__) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as exc:
+            raise _as_invalid(exc, type(self).__name__) from None
+
+    def replace(self, **changes: Any):
+        """A validated copy with `changes` applied."""
+        return type(self)(**{**self.model_dump(), **changes})
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        # Builder methods as in the seeds: params.with_n_ctx(2048) returns a new, validated copy.
+        for name in cls.model_fields:
+            if not hasattr(cls, f"with_{name}"):
+                setattr(cls, f"with_{name}", _builder(name))
+
+
+def _builder(name: str):
+    def with_field(self, value):
+        return self.replace(**{name: value})
+
+    with_field.__name__ = f"with_{name}"
+    with_field.__doc__ = f"A copy with `{name}` set (validated)."
+    return with_field
+
+
+def _as_invalid(exc: ValidationError, owner: str) -> InvalidParameterError:
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    got = first.get("input")
+    message = f"{owner}.{field}: {first['msg']} (got {got!r})" if field else f"{owner}: {first['msg']}"
+    return InvalidParameterError(message, field=field)
+
+
+class ModelParams(Params):
+    """How a model is loaded (llama_model_params)."""
+
+    n_gpu_layers: int = Field(-1, ge=-1, description="layers on the GPU; -1 = all that the backend takes")
+    split_mode: SplitMode = SplitMode.LAYER
+    main_gpu: int = Field(0, ge=0)
+    tensor_split: list[float] | None = None
+    use_mmap: bool | None = Field(None, description="None = llama.cpp decides (mmap where supported)")
+    use_mlock: bool = False
+    vocab_only: bool = False
+    check_tensors: bool = False
+
+    @field_validator("tensor_split")
+    @classmethod
+    def _split_non_negative(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and any(v < 0 for v in value):
+            raise ValueError("tensor_split proportions must be >= 0")
+        return value
+
+    @property
+    def load_mode(self) -> int:
+        """llama_load_mode for use_mmap/use_mlock."""
+        if self.use_mmap is None:
+            return 3 if self.use_mlock else -1  # MMAP_MLOCK / AUTO
+        if self.use_mmap:
+            return 3 if self.use_mlock else 1  # MMAP_MLOCK / MMAP
+        return 2 if self.use_mlock else 0  # MLOCK / NONE
+
+
+class ContextParams(Params):
+    """How a context is created (llama_context_params; every field of seed 004)."""
+
+    n_ctx: int = Field(0, ge=0, description="context window; 0 = the model's training context")
+    n_batch: int = Field(2048, ge=1)
+    n_ubatch: int = Field(512, ge=1)
+    n_seq_max: int = Field(1, ge=1)
+    n_threads: int = Field(default_factory=physical_cores, ge=1)
+    n_threads_batch: int | None = Field(None, ge=1, description="None = n_threads")
+    rope_scaling_type: RopeScalingType = RopeScalingType.UNSPECIFIED
+    pooling_type: PoolingType = PoolingType.UNSPECIFIED
+    attention_type: AttentionType = AttentionType.UNSPECIFIED
+    flash_attn_type: FlashAttnType = FlashAttnType.AUTO
+    rope_freq_base: float = 0.0
+    rope_freq_scale: float = 0.0
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = -1.0
+    yarn_beta_fast: float = -1.0
+    yarn_beta_slow: float = -1.0
+    yarn_orig_ctx: int = Field(0, ge=0)
+    defrag_thold: float = -1.0
+    embeddings: bool = False
+    offload_kqv: bool = True
+    no_perf: bool = False
+    op_offload: bool = True
+    swa_full: bool = False
+    kv_unified: bool = False
+    type_k: KvCacheType = KvCacheType.F16
+    type_v: KvCacheType = KvCacheType.F16
+
+    @field_validator("flash_attn_type", mode="before")
+    @classmethod
+    def _flash_words(cls, value: Any) -> Any:
+        words = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}
+        return words.get(value.lower() if isinstance(value, str) else value, value)
+
+    @field_validator("type_k", "type_v", mode="before")
+    @classmethod
+    def _kv_names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return KvCacheType[value.upper()]
+            except KeyError:
+                raise ValueError(f"unknown KV cache type {value!r}; one of {[t.name for t in KvCacheType]}") from None
+        return value
+
+
+class LlamaParams(ModelParams, ContextParams):
+    """Everything `Llama.load` needs: the model path, model and context parameters."""
+
+    model_path: Path
+    seed: int = Field(0xFFFFFFFF, ge=0, le=0xFFFFFFFF, description="default sampler seed")
+    backends: list[str] | None = Field(None, description="backend plugins to use; None = chosen by probe")
+    log_level: Literal["debug", "info", "warning", "error", "none"] | None = None
+
+    def __init__(self, model_path: str | os.PathLike[str] | None = None, **data: Any):
+        if model_path is not None:
+            data["model_path"] = model_path
+        super().__init__(**data)
+
+    def model_params(self) -> ModelParams:
+        return ModelParams(**{k: getattr(self, k) for k in ModelParams.model_fields})
+
+    def context_params(self) -> ContextParams:
+        return ContextParams(**{k: getattr(self, k) for k in ContextParams.model_fields})
+
+
+class SamplerParams(Params):
+    """Sampling settings (common_params_sampling's defaults); SamplerChain.from_params builds the chain."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = Field(0.95, ge=0.0, le=1.0)
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
+    typical_p: float = Field(1.0, ge=0.0, le=1.0)
+    penalty_last_n: int = Field(64, ge=-1)
+    penalty_repeat: float = 1.0
+    penalty_freq: float = 0.0
+    penalty_present: float = 0.0
+    seed: int = Field(0xFFFFFFFF, ge=0, le=0xFFFFFFFF)

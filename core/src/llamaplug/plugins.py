@@ -1,0 +1,102 @@
+"""The plugin manager: finds plugins through entry points, once per process.
+
+LLAMAPLUG_PLUGINS limits which entry points load: a comma-separated list of
+entry-point names (``backend_cpu,mtmd``); empty means none; unset means all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+
+log = logging.getLogger("llamaplug.plugins")
+
+ENTRY_POINT_GROUP = "llamaplug"
+
+pm = pluggy.PluginManager("llamaplug")
+pm.add_hookspecs(hookspecs)
+
+_loaded = False
+_lock = threading.Lock()
+_broken: dict[str, str] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeResult:
+    """A backend's answer to "can you run here?"."""
+
+    ok: bool
+    reason: str
+    devices: tuple[str, ...] = ()
+    variant: str | None = None
+    modules: tuple[Path, ...] = ()  # the ggml backend modules to load when ok
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendSpec:
+    """A compute backend a plugin ships.
+
+    `probe` must not crash or hang the caller; it returns which module files to
+    load. `llama_cpp_commit` is the pin the modules were built from.
+    """
+
+    name: str
+    distribution: str
+    priority: int
+    probe: Callable[[], ProbeResult]
+    llama_cpp_commit: str
+    ggml_version: str
+
+
+def load_plugins() -> None:
+    """Load every plugin allowed by LLAMAPLUG_PLUGINS; only the first call does anything."""
+    global _loaded
+    with _lock:
+        if _loaded:
+            return
+        _loaded = True
+        allowed = os.environ.get("LLAMAPLUG_PLUGINS")
+        names = None if allowed is None else {n.strip() for n in allowed.split(",") if n.strip()}
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            # The core's own catalog always loads; the variable limits third-party plugins.
+            if names is not None and ep.name != "catalog" and ep.name not in names:
+                continue
+            if pm.has_plugin(ep.name):
+                continue
+            try:
+                pm.register(ep.load(), name=ep.name)
+            except Exception as exc:  # a broken plugin must not take the core down
+                log.warning("plugin %s (%s) failed to load: %s", ep.name, ep.value, exc)
+                _broken[ep.name] = f"{type(exc).__name__}: {exc}"
+
+
+def broken_plugins() -> dict[str, str]:
+    """Plugins whose import failed, with the error."""
+    load_plugins()
+    return dict(_broken)
+
+
+def collect(hook_name: str) -> list[Any]:
+    """Call a ``register``-style hook and return what all plugins registered."""
+    load_plugins()
+    found: list[Any] = []
+
+    def register(*item: Any) -> None:
+        found.append(item[0] if len(item) == 1 else item)
+
+    getattr(pm.hook, hook_name)(register=register)
+    return found
+
+
+def backend_specs() -> Sequence[BackendSpec]:
+    return sorted(collect("llamaplug_register_backends"), key=lambda s: -s.priority)

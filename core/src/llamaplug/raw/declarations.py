@@ -1,0 +1,92 @@
+"""C declarations for the raw layer, derived from the pinned headers at build time.
+
+The public headers are run through the C preprocessor with stand-ins for the
+libc headers (cffi knows those types already), so the declarations are the
+headers themselves: nothing is retyped by hand. The module is then compiled in
+cffi's API mode against the real headers, so any drift between these
+declarations and llama.h fails the build.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+# The entry headers: everything llama.h pulls in except ggml-cpu.h, whose
+# functions live in the CPU backend module, not in the libraries the core links.
+ENTRY_HEADERS = ("llama.h", "ggml-backend.h", "gguf.h")
+STUB_HEADERS = ("stddef.h", "stdint.h", "stdio.h", "stdbool.h", "stdarg.h", "ggml-cpu.h")
+
+# Integer macros of llama.h (seed 003's constants); cffi asks the compiler for their values.
+_DEFINE_RE = re.compile(r"^#define\s+(LLAMA_[A-Z0-9_]+)\s+(?:0x[0-9A-Fa-f]+u?|-?\d+|LLAMA_[A-Z0-9_]+)\b", re.M)
+
+# Callbacks that C calls back into Python; the safe layer attaches the bodies.
+PYTHON_CALLBACKS = """
+extern "Python" void _llamaplug_log_cb(enum ggml_log_level, const char *, void *);
+extern "Python" bool _llamaplug_abort_cb(void *);
+extern "Python" bool _llamaplug_progress_cb(float, void *);
+"""
+
+# ggml-cpu.h is stubbed out (its functions are not in the core's libraries), but
+# llama_numa_init takes its enum; the compiler checks these values against the header.
+NUMA_ENUM = """
+enum ggml_numa_strategy {
+    GGML_NUMA_STRATEGY_DISABLED = 0, GGML_NUMA_STRATEGY_DISTRIBUTE = 1, GGML_NUMA_STRATEGY_ISOLATE = 2,
+    GGML_NUMA_STRATEGY_NUMACTL = 3, GGML_NUMA_STRATEGY_MIRROR = 4, GGML_NUMA_STRATEGY_COUNT
+};
+"""
+
+# Small C helpers compiled into the module: a log sink that needs no Python, for
+# the time after interpreter shutdown begins (C may still log from destructors).
+C_HELPERS_CDEF = """
+static void llamaplug_log_discard(enum ggml_log_level, const char *, void *);
+"""
+C_HELPERS_SOURCE = """
+#include "ggml-cpu.h"
+static void llamaplug_log_discard(enum ggml_log_level level, const char * text, void * user_data) {
+    (void) level; (void) text; (void) user_data;
+}
+"""
+
+
+def preprocess(cc: str, include_dirs: list[str]) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        stubs = Path(tmp)
+        for name in STUB_HEADERS:
+            (stubs / name).write_text("")
+        entry = stubs / "entry.h"
+        entry.write_text("".join(f'#include "{h}"\n' for h in ENTRY_HEADERS))
+        # Without __GNUC__ the headers choose their attribute-free spellings.
+        cmd = [cc, "-E", "-P", "-nostdinc", "-U__GNUC__", "-U__clang__", f"-I{stubs}"]
+        cmd += [f"-I{d}" for d in include_dirs] + [str(entry)]
+        return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def clean(text: str) -> str:
+    # Array sizes written as expressions (64 / sizeof(int32_t)) become '...':
+    # cffi's API mode takes the size from the compiler.
+    text = re.sub(r"\[([^\]]+)\]", lambda m: m.group(0) if m.group(1).strip().isdigit() else "[...]", text)
+    # The headers repeat some identical typedefs (legal C11, rejected by cffi).
+    seen: set[str] = set()
+    lines = []
+    for line in text.splitlines():
+        flat = " ".join(line.split())
+        if flat.startswith("typedef") and flat.endswith(";") and "{" not in flat:
+            if flat in seen:
+                continue
+            seen.add(flat)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def integer_macros(llama_h: Path) -> str:
+    names = _DEFINE_RE.findall(llama_h.read_text())
+    return "".join(f"#define {name} ...\n" for name in dict.fromkeys(names))
+
+
+def cdef(cc: str, include_dirs: list[str]) -> str:
+    llama_h = next(Path(d) / "llama.h" for d in include_dirs if (Path(d) / "llama.h").is_file())
+    text = clean(preprocess(cc, include_dirs))
+    return NUMA_ENUM + text + "\n" + integer_macros(llama_h) + PYTHON_CALLBACKS + C_HELPERS_CDEF
