@@ -8,6 +8,7 @@ A sampler added to a chain belongs to the chain from then on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ClosedError, InvalidParameterError
@@ -74,9 +75,13 @@ class LlamaSampler(NativeHandle):
         return cls(lib.llama_sampler_init_typical(float(p), min_keep), "typical")
 
     @classmethod
-    def penalties(cls, last_n: int = 64, repeat: float = 1.0, freq: float = 0.0, present: float = 0.0) -> LlamaSampler:
+    def penalties(cls, n_vocab: int, last_n: int = 64, repeat: float = 1.0, freq: float = 0.0,
+                  present: float = 0.0) -> LlamaSampler:
+        _check("n_vocab", n_vocab > 0, f"must be > 0, got {n_vocab}")
         _check("penalty_last_n", last_n >= -1, f"must be >= -1, got {last_n}")
-        return cls(lib.llama_sampler_init_penalties(last_n, float(repeat), float(freq), float(present)), "penalties")
+        _check("penalty_repeat", repeat > 0, f"must be > 0 (1.0 = off), got {repeat}")
+        return cls(lib.llama_sampler_init_penalties(n_vocab, last_n, float(repeat), float(freq), float(present)),
+                   "penalties")
 
     # -- use ---------------------------------------------------------------
     def sample(self, ctx: LlamaContext, idx: int = -1) -> int:
@@ -106,22 +111,70 @@ class LlamaSampler(NativeHandle):
 
 
 class SamplerChain(LlamaSampler):
-    """A chain of samplers; each fluent method appends one and returns the chain."""
+    """A chain of samplers; each fluent method appends one and returns the chain.
 
-    def __init__(self, no_perf: bool = False):
-        params = lib.llama_sampler_chain_default_params()
-        params.no_perf = no_perf
-        super().__init__(lib.llama_sampler_chain_init(params), "chain")
+    The native chain is built at first use, because some samplers (penalties)
+    need the vocabulary size, known only once a context is at hand; pass
+    `n_vocab` to build it earlier.
+    """
+
+    def __init__(self, no_perf: bool = False, n_vocab: int | None = None):
+        self.name = "chain"
         self.names: list[str] = []
+        self._no_perf = no_perf
+        self._n_vocab = n_vocab
+        self._parts: list[Callable[[int | None], LlamaSampler]] = []
+        self._built = False
+        self._closed = False
+
+    def _build(self, n_vocab: int | None) -> None:
+        if self._closed:
+            raise ClosedError("this sampler chain is closed")
+        if self._built:
+            return
+        params = lib.llama_sampler_chain_default_params()
+        params.no_perf = self._no_perf
+        ptr = lib.llama_sampler_chain_init(params)
+        self._adopt(ptr, lib.llama_sampler_free)
+        self._built = True
+        for make in self._parts:
+            lib.llama_sampler_chain_add(ptr, make(n_vocab or self._n_vocab)._give_away())
+        self._parts.clear()
+
+    @property
+    def _ptr(self) -> Any:
+        self._build(None)
+        return super()._ptr
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        self._closed = True
+        self._parts.clear()
+        super().close()
+
+    def sample(self, ctx: LlamaContext, idx: int = -1) -> int:
+        self._build(ctx.n_vocab)
+        return super().sample(ctx, idx)
+
+    def _append(self, name: str, make: Callable[[int | None], LlamaSampler]) -> SamplerChain:
+        if self._closed:
+            raise ClosedError("this sampler chain is closed")
+        if self._built:
+            lib.llama_sampler_chain_add(self._ptr, make(self._n_vocab)._give_away())
+        else:
+            self._parts.append(make)
+        self.names.append(name)
+        return self
 
     def add(self, sampler: LlamaSampler) -> SamplerChain:
         if sampler is self:
             raise InvalidParameterError("a chain cannot contain itself", field="sampler")
         if sampler.closed:
             raise ClosedError(f"cannot add closed sampler {sampler.name} to a chain")
-        lib.llama_sampler_chain_add(self._ptr, sampler._give_away())
-        self.names.append(sampler.name)
-        return self
+        return self._append(sampler.name, lambda n_vocab: sampler)
 
     @classmethod
     def from_params(cls, params: SamplerParams) -> SamplerChain:
@@ -132,29 +185,42 @@ class SamplerChain(LlamaSampler):
         return self
 
     def greedy(self) -> SamplerChain:  # type: ignore[override]
-        return self.add(LlamaSampler.greedy())
+        return self._append("greedy", lambda n: LlamaSampler.greedy())
 
     def dist(self, seed: int = DEFAULT_SEED) -> SamplerChain:  # type: ignore[override]
-        return self.add(LlamaSampler.dist(seed))
+        LlamaSampler.dist(seed).close()  # validates now, not at first use
+        return self._append("dist", lambda n: LlamaSampler.dist(seed))
 
     def temp(self, t: float) -> SamplerChain:  # type: ignore[override]
-        return self.add(LlamaSampler.temp(t))
+        return self._append("temp", lambda n: LlamaSampler.temp(t))
 
     def top_k(self, k: int) -> SamplerChain:  # type: ignore[override]
-        return self.add(LlamaSampler.top_k(k))
+        return self._append("top_k", lambda n: LlamaSampler.top_k(k))
 
     def top_p(self, p: float, min_keep: int = 1) -> SamplerChain:  # type: ignore[override]
-        return self.add(LlamaSampler.top_p(p, min_keep))
+        LlamaSampler.top_p(p, min_keep).close()
+        return self._append("top_p", lambda n: LlamaSampler.top_p(p, min_keep))
 
     def min_p(self, p: float, min_keep: int = 1) -> SamplerChain:  # type: ignore[override]
-        return self.add(LlamaSampler.min_p(p, min_keep))
+        LlamaSampler.min_p(p, min_keep).close()
+        return self._append("min_p", lambda n: LlamaSampler.min_p(p, min_keep))
 
     def typical(self, p: float, min_keep: int = 1) -> SamplerChain:  # type: ignore[override]
-        return self.add(LlamaSampler.typical(p, min_keep))
+        LlamaSampler.typical(p, min_keep).close()
+        return self._append("typical", lambda n: LlamaSampler.typical(p, min_keep))
 
     def penalties(self, last_n: int = 64, repeat: float = 1.0, freq: float = 0.0,  # type: ignore[override]
                   present: float = 0.0) -> SamplerChain:
-        return self.add(LlamaSampler.penalties(last_n, repeat, freq, present))
+        _check("penalty_last_n", last_n >= -1, f"must be >= -1, got {last_n}")
+
+        def make(n_vocab: int | None) -> LlamaSampler:
+            if n_vocab is None:
+                raise InvalidParameterError(
+                    "the penalties sampler needs the vocabulary size: sample with a context first, "
+                    "or create SamplerChain(n_vocab=model.n_vocab)", field="n_vocab")
+            return LlamaSampler.penalties(n_vocab, last_n, repeat, freq, present)
+
+        return self._append("penalties", make)
 
     def __len__(self) -> int:
         return int(lib.llama_sampler_chain_n(self._ptr))

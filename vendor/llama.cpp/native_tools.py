@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Build llama.cpp's own tools from the pinned tree: the reference for tests and benchmarks.
+
+The tools are built with the same CPU variant flags as llamaplug-backend-cpu's
+host build, so their numerics are the ones llamaplug runs. Cached per pin and
+variant; prints the bin/ directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent / "plugins" / "backend_cpu" / "src" / "llamaplug_backend_cpu"))
+
+import fetch  # noqa: E402
+import variants  # noqa: E402
+
+TOOLS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-tokenize")
+
+
+def build(targets: tuple[str, ...] = TOOLS) -> Path:
+    tree = fetch.materialise()
+    name = variants.best_variant(variants.cpu_flags())
+    build_dir = fetch.cache_root() / f"native-{fetch.read_pin()['commit']}-{name}"
+    bin_dir = build_dir / "bin"
+    if all((bin_dir / t).exists() for t in targets):
+        return bin_dir
+    features = set(variants.X86_VARIANTS[name])
+    flags = [f"-DGGML_{f}={'ON' if f in features else 'OFF'}" for f in variants.CPU_FLAGS]
+    launcher = ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run([
+        "cmake", "-S", str(tree), "-B", str(build_dir), *generator, "-DCMAKE_BUILD_TYPE=Release",
+        "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_NATIVE=OFF", "-DGGML_CPU_ALL_VARIANTS=OFF",
+        *flags, *launcher, "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_OPENSSL=OFF",
+    ], check=True, stdout=subprocess.DEVNULL)
+    jobs = str(os.cpu_count() or 2)
+    subprocess.run(["cmake", "--build", str(build_dir), "--target", *targets, "-j", jobs], check=True)
+    return bin_dir
+
+
+if __name__ == "__main__":
+    print(build())
