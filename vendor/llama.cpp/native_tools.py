@@ -33,7 +33,9 @@ def build(targets: tuple[str, ...] = TOOLS) -> Path:
         return bin_dir
     features = set(variants.X86_VARIANTS[name])
     flags = [f"-DGGML_{f}={'ON' if f in features else 'OFF'}" for f in variants.CPU_FLAGS]
-    launcher = ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []
+    launcher = []
+    if shutil.which("ccache"):
+        launcher = ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     subprocess.run([
         "cmake", "-S", str(tree), "-B", str(build_dir), *generator, "-DCMAKE_BUILD_TYPE=Release",

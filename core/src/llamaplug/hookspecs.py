@@ -7,7 +7,8 @@ implements any of these with ``@llamaplug.hookimpl``. Registration hooks get a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import ClosedError
 from ..raw import ffi

@@ -101,7 +101,9 @@ class LlamaBackend:
                 lib.llama_numa_init(int(strategy))
                 backend.numa = strategy
             elif backend.numa != strategy:
-                raise BackendError(f"NUMA already initialised with {backend.numa.name}, cannot switch to {strategy.name}")
+                raise BackendError(
+                    f"NUMA already initialised with {backend.numa.name}, cannot switch to {strategy.name}"
+                )
         return backend
 
     @classmethod
@@ -213,7 +215,9 @@ def _load_backends(explicit: list[str] | None) -> list[BackendStatus]:
     by_name = {s.name: s for s in statuses}
     for name in wanted or []:
         if name not in by_name:
-            raise NoBackendError(f"backend {name!r} was requested but is not installed: pip install llamaplug-backend-{name}")
+            raise NoBackendError(
+                f"backend {name!r} was requested but is not installed: pip install llamaplug-backend-{name}"
+            )
         if not by_name[name].loaded:
             raise (BackendMismatchError if "reinstall" in by_name[name].reason else BackendError)(
                 f"backend {name!r} was requested but cannot run here: {by_name[name].reason}"

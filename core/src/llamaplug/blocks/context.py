@@ -27,7 +27,6 @@ from ._handle import NativeHandle
 from .batch import LlamaBatch
 from .model import LlamaModel, _read_string
 
-
 # Host bytes llama.cpp value-initialises per KV cell before it allocates the cache
 # tensors (llama_kv_cells: pos, shift, ext{x, y, tok}, std::bitset<LLAMA_MAX_SEQ=256>).
 _HOST_BYTES_PER_CELL = 4 + 4 + 12 + 256 // 8
@@ -244,9 +243,9 @@ class LlamaContext(NativeHandle):
         n = self._outputs.size
         j = i + n if i < 0 else i
         if not 0 <= j < n or not self._outputs[j]:
+            where = f" with outputs at {np.flatnonzero(self._outputs).tolist()[:8]}" if n else " (nothing decoded yet)"
             raise InvalidParameterError(
-                f"no logits for batch index {i}: the last batch had {n} tokens"
-                f"{' with outputs at ' + str(np.flatnonzero(self._outputs).tolist()[:8]) if n else ' (nothing decoded yet)'}",
+                f"no logits for batch index {i}: the last batch had {n} tokens{where}",
                 field="i",
             )
         return i

@@ -223,8 +223,8 @@ class LlamaModel(NativeHandle):
         ptr = self._ptr
         out = {}
         for i in range(lib.llama_model_meta_count(ptr)):
-            key = _read_string(lambda buf, n: lib.llama_model_meta_key_by_index(ptr, i, buf, n))
-            out[key] = _read_string(lambda buf, n: lib.llama_model_meta_val_str_by_index(ptr, i, buf, n))
+            key = _read_string(lambda buf, n, i=i: lib.llama_model_meta_key_by_index(ptr, i, buf, n))
+            out[key] = _read_string(lambda buf, n, i=i: lib.llama_model_meta_val_str_by_index(ptr, i, buf, n))
         return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:

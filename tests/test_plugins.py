@@ -1,0 +1,119 @@
+"""Plugin machinery: entry points, LLAMAPLUG_PLUGINS, probe verdicts, refusing another pin, `llamaplug info`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def child(code: str, env: dict[str, str] | None = None, path: str | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, **(env or {}))
+    if path:
+        full_env["PYTHONPATH"] = path + os.pathsep + full_env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, env=full_env)
+
+
+def test_no_backend_plugin_names_the_package():
+    r = child("""
+        import llamaplug as lp
+        try:
+            lp.LlamaBackend.init()
+        except lp.NoBackendError as e:
+            print("OK", e)
+    """, env={"LLAMAPLUG_PLUGINS": ""})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("OK") and "pip install llamaplug-backend-cpu" in r.stdout
+
+
+FAKES = """
+    import llamaplug as lp
+    from llamaplug import plugins
+    from llamaplug.plugins import BackendSpec, ProbeResult
+
+    class Fakes:
+        @lp.hookimpl
+        def llamaplug_register_backends(register):
+            register(BackendSpec("oldpin", "llamaplug-backend-oldpin", 50, lambda: ProbeResult(True, "fine"),
+                                 "deadbeef", lp.GGML_VERSION))
+            def boom():
+                raise RuntimeError("driver exploded")
+            register(BackendSpec("crashy", "llamaplug-backend-crashy", 60, boom, lp.LLAMA_CPP_COMMIT, lp.GGML_VERSION))
+
+    plugins.load_plugins()
+    plugins.pm.register(Fakes, name="fakes")
+"""
+
+
+def test_probe_failure_and_other_pin_are_verdicts_not_crashes():
+    r = child(FAKES + """
+    status = {s.name: s for s in lp.backends()}
+    print(status["crashy"].ok, status["crashy"].reason)
+    print(status["oldpin"].ok, status["oldpin"].reason)
+    print(status["cpu"].loaded)
+    """)
+    assert r.returncode == 0, r.stderr
+    crashy, oldpin, cpu = r.stdout.splitlines()
+    assert crashy.startswith("False") and "driver exploded" in crashy
+    assert oldpin.startswith("False") and "deadbeef" in oldpin and "reinstall llamaplug-backend-oldpin" in oldpin
+    assert cpu == "True"
+
+
+@pytest.mark.parametrize("name,error", [("oldpin", "BackendMismatchError"), ("crashy", "BackendError"),
+                                        ("nosuch", "NoBackendError")])
+def test_requesting_a_backend_that_cannot_run_is_an_error(name, error):
+    r = child(FAKES + f"""
+    try:
+        lp.LlamaBackend.init(backends=["{name}"])
+    except lp.LlamaError as e:
+        print(type(e).__name__, e)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == error and name in r.stdout
+
+
+def test_broken_entry_point_is_reported_and_limited_by_env(tmp_path):
+    dist = tmp_path / "llamaplug_broken-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: llamaplug-broken\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[llamaplug]\nbroken = llamaplug_broken_plugin\n")
+    (tmp_path / "llamaplug_broken_plugin.py").write_text("raise ImportError('missing libfoo.so')\n")
+    code = "from llamaplug import plugins; print(plugins.broken_plugins())"
+    r = child(code, path=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "broken" in r.stdout and "missing libfoo.so" in r.stdout
+    r = child(code, path=str(tmp_path), env={"LLAMAPLUG_PLUGINS": "backend_cpu"})
+    assert r.returncode == 0 and r.stdout.strip() == "{}"
+
+
+def test_info_lists_cpu_backend_with_variant():
+    from llamaplug_backend_cpu import variants
+
+    expected = variants.best_variant(variants.cpu_flags())
+    r = subprocess.run([sys.executable, "-m", "llamaplug.cli", "info"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("cpu "))
+    assert "loaded" in line and f"variant {expected}" in line
+    assert "0c1e57098" in r.stdout and "ggml 0.25.3" in r.stdout
+    assert "smollm2-135m-instruct" in r.stdout
+
+
+def test_cli_run_streams_default_model(llama):
+    prompt = "The capital of France is"
+    r = subprocess.run([sys.executable, "-m", "llamaplug.cli", "run", "--temp", "0", "-n", "16", "-t", "2",
+                        "-c", "2048", prompt], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    expected = llama.create_completion(prompt, max_tokens=16).text
+    assert r.stdout == prompt + expected + "\n"
+    assert "[max_tokens]" in r.stderr
+
+
+def test_cli_reports_errors_without_traceback(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "llamaplug.cli", "run", "-m", str(tmp_path / "nope.gguf"), "hi"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "ModelNotFoundError" in r.stderr and "nope.gguf" in r.stderr and "Traceback" not in r.stderr
