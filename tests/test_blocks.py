@@ -1,0 +1,162 @@
+"""Backend probes, model metadata/save, context state and perf, native logging, hooks, the raw layer."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import numpy as np
+import pytest
+
+import llamaplug as lp
+from conftest import THREADS, run_isolated
+from llamaplug import raw
+
+
+def test_backend_is_one_guard_per_process():
+    a = lp.LlamaBackend.init()
+    with lp.LlamaBackend.init() as b:
+        assert a is b
+    assert lp.LlamaBackend.initialised()  # leaving the block keeps the native state for live models
+
+
+def test_backend_probes_and_devices():
+    backend = lp.LlamaBackend.init()
+    assert backend.supports_mmap() is True
+    assert backend.supports_gpu_offload() is False  # only the CPU plugin is installed here
+    assert backend.max_devices() >= 1
+    cpu = [d for d in backend.devices() if d.type == "cpu"]
+    assert cpu and cpu[0].memory_total > 0 and 0 < cpu[0].memory_free <= cpu[0].memory_total
+    assert "CPU" in backend.system_info()
+
+
+def test_numa_is_initialised_once():
+    r = run_isolated("""
+import llamaplug as lp
+b = lp.LlamaBackend.init_numa(lp.NumaStrategy.DISTRIBUTE)
+assert b.numa is lp.NumaStrategy.DISTRIBUTE and lp.LlamaBackend.init_numa(1) is b
+try:
+    lp.LlamaBackend.init_numa(lp.NumaStrategy.ISOLATE)
+except lp.BackendError as e:
+    print("OK", e)
+""")
+    assert r.returncode == 0, r.stderr
+    assert "OK" in r.stdout and "DISTRIBUTE" in r.stdout
+
+
+def test_model_without_backend_init_is_an_error(smollm2_path):
+    r = run_isolated(f"""
+import llamaplug as lp
+try:
+    lp.LlamaModel({str(smollm2_path)!r})
+except lp.BackendNotInitialisedError as e:
+    print("OK", e)
+""")
+    assert r.returncode == 0 and "OK" in r.stdout and "LlamaBackend.init()" in r.stdout
+
+
+def test_model_properties(llama):
+    m = llama.model
+    md = m.metadata
+    assert md["general.architecture"] == "llama"
+    assert int(md["llama.block_count"]) == m.n_layer == 30
+    assert int(md["llama.embedding_length"]) == m.n_embd
+    assert m.n_ctx_train == int(md["llama.context_length"])
+    assert m.n_vocab == 49152 and 100e6 < m.n_params < 200e6 and m.size > 50e6
+    assert "llama" in m.desc.lower()
+    assert "<|im_start|>" in m.chat_template
+    assert m.eos is not None and m.token_is_eog(m.eos)
+    assert m.token_to_str(m.tokenize("Paris", add_bos=False)[0]) == "Paris"
+    assert m.tokenize("<|im_start|>", add_bos=False, special=True) != m.tokenize("<|im_start|>", add_bos=False)
+
+
+def test_model_save_roundtrip(llama, tmp_path):
+    target = llama.model.save(tmp_path / "copy.gguf")
+    copy = lp.LlamaModel(target, lp.ModelParams(vocab_only=True))
+    try:
+        assert copy.n_vocab == llama.model.n_vocab
+        assert copy.tokenize("Round trip, ünïcödé") == llama.tokenize("Round trip, ünïcödé")
+    finally:
+        copy.close()
+
+
+def test_state_file_roundtrip(llama, tmp_path):
+    ctx = llama.context
+    tokens = llama.tokenize("The state of the cache")
+    ctx.clear_cache()
+    ctx.eval(tokens, 0)
+    saved = ctx.state_save_file(tmp_path / "state.bin", tokens)
+    nxt = int(np.argmax(ctx.get_logits_ith(-1)))
+    ctx.decode_single(nxt)
+    after_one = ctx.get_logits_ith(-1).copy()
+    ctx.clear_cache()
+    assert ctx.state_load_file(saved) == tokens and ctx.n_past == len(tokens)
+    ctx.decode_single(nxt)
+    assert np.allclose(ctx.get_logits_ith(-1), after_one, atol=1e-3)
+
+
+def test_perf_counters(llama):
+    ctx = llama.context
+    ctx.perf_reset()
+    llama.create_completion("Count the tokens", max_tokens=6)
+    perf = ctx.perf()
+    assert perf["n_eval"] == 5  # the last sampled token is not decoded
+    assert perf["n_p_eval"] == len(llama.tokenize("Count the tokens"))
+    assert perf["t_eval_ms"] > 0
+
+
+def test_native_log_goes_to_logging(smollm2_path, caplog):
+    lp.blocks._native_log.set_level("info")
+    try:
+        with caplog.at_level(logging.INFO, logger="llamaplug.native"):
+            model = lp.LlamaModel(smollm2_path, lp.ModelParams(vocab_only=True))
+            model.close()
+    finally:
+        lp.blocks._native_log.set_level("error")
+    native = [r for r in caplog.records if r.name == "llamaplug.native"]
+    assert any("llama_model_loader" in r.getMessage() or "print_info" in r.getMessage() for r in native)
+
+
+def test_hooks_see_models_and_contexts(smollm2_path):
+    seen = []
+
+    class Watcher:
+        @lp.hookimpl
+        def llamaplug_model_loaded(model):
+            seen.append(("model", model.n_vocab))
+
+        @lp.hookimpl
+        def llamaplug_context_created(context):
+            seen.append(("context", context.n_ctx))
+
+    from llamaplug.plugins import pm
+
+    pm.register(Watcher, name="watcher")
+    try:
+        with lp.Llama.load(lp.LlamaParams(model_path=smollm2_path, n_ctx=512, n_threads=THREADS)):
+            pass
+    finally:
+        pm.unregister(name="watcher")
+    assert seen == [("model", 49152), ("context", 512)]
+
+
+def test_raw_layer_declares_every_llama_api_function(llama_cpp_dir):
+    header = (llama_cpp_dir / "include" / "llama.h").read_text()
+    header = re.sub(r"//[^\n]*|/\*.*?\*/", "", header, flags=re.S)  # commented-out declarations don't count
+    names = set(re.findall(r"LLAMA_API\s+[^;(]*?\b(llama_\w+)\s*\(", header))
+    names |= set(re.findall(r"DEPRECATED\(\s*LLAMA_API\s+[^;(]*?\b(llama_\w+)\s*\(", header))
+    assert len(names) > 200
+    missing = sorted(n for n in names if not hasattr(raw.lib, n))
+    assert missing == []
+    assert raw.llama_max_devices() >= 1 and raw.ffi.string(raw.llama_print_system_info())
+
+
+def test_sampler_chain_composes(llama):
+    chain = lp.SamplerChain().penalties(64, 1.1).top_k(40).top_p(0.9).min_p(0.05).typical(1.0).temp(0.7).dist(7)
+    assert chain.names == ["penalties", "top_k", "top_p", "min_p", "typical", "temp", "dist"]
+    a = llama.create_completion("Tell me", max_tokens=12, sampler=chain).tokens
+    again = lp.SamplerChain().penalties(64, 1.1).top_k(40).top_p(0.9).min_p(0.05).typical(1.0).temp(0.7).dist(7)
+    assert llama.create_completion("Tell me", max_tokens=12, sampler=again).tokens == a  # same seed, same text
+    assert len(chain) == 7
+    with pytest.raises(lp.InvalidParameterError):
+        lp.SamplerChain().top_p(1.5)
