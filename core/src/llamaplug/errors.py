@@ -80,7 +80,7 @@ class StateError(LlamaError):
 # llama_decode's documented return codes (llama.h).
 _DECODE_CODES = {
     1: "no KV-cache slot for the batch: the context is full (reduce the batch or increase n_ctx)",
-    2: "aborted by the abort callback",
+    2: "aborted (SIGINT or the abort callback)",
     -1: "invalid input batch",
     -2: "could not allocate compute buffers",
     -3: "the compute graph failed",
@@ -91,11 +91,11 @@ def raise_for_status(op: str, rc: int, **where: Any) -> None:
     """Raise the LlamaError for llama.cpp return code `rc` of operation `op`."""
     if rc == 0:
         return
+    detail = where.pop("detail", "")
     place = ", ".join(f"{k}={v}" for k, v in where.items())
     place = f" ({place})" if place else ""
+    place += f": llama.cpp says: {detail}" if detail else ""
     if op in ("llama_decode", "llama_encode"):
-        if rc == 2:
-            raise KeyboardInterrupt(f"{op} aborted{place}")
         message = f"{op} failed with code {rc}: {_DECODE_CODES.get(rc, 'unknown failure')}{place}"
         if rc == 1:
             raise ContextOverflowError(message)

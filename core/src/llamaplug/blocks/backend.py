@@ -85,6 +85,7 @@ class LlamaBackend:
             if cls._instance is None:
                 instance = cls(_TOKEN)
                 _native_log.install()
+                _catch_sigint()
                 lib.llama_backend_init()
                 instance._statuses = _load_backends(backends)
                 cls._instance = instance
@@ -165,6 +166,15 @@ class LlamaBackend:
 
 
 _TOKEN = object()
+
+
+def _catch_sigint() -> None:
+    """Let Ctrl-C abort a running decode (only where Python's default SIGINT handling is in place)."""
+    import signal
+
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        lib.llamaplug_install_sigint()
 
 
 def _requested(explicit: list[str] | None) -> list[str] | None:

@@ -99,6 +99,20 @@ def _check_fits(p: ContextParams, model: LlamaModel) -> None:
         )
 
 
+def _interrupted() -> None:
+    """A decode was aborted by SIGINT: let Python's pending handler raise KeyboardInterrupt now."""
+    lib.llamaplug_take_interrupt()
+    _run_pending_signal_handlers()
+    _native_log.raise_stored()  # the handler may have run inside the log callback already
+
+
+def _run_pending_signal_handlers() -> None:
+    # Entering a Python function runs pending signal handlers (the default one
+    # raises KeyboardInterrupt); if a custom handler did not raise, the caller
+    # reports the abort as llama.cpp's return code 2.
+    return None
+
+
 class LlamaContext(NativeHandle):
     """A context on `model`; closed automatically when the model is closed."""
 
@@ -145,6 +159,7 @@ class LlamaContext(NativeHandle):
                      "swa_full", "kv_unified"):
             setattr(c, name, getattr(p, name))
         c.n_threads_batch = p.n_threads_batch or p.n_threads
+        c.abort_callback = lib.llamaplug_abort_on_interrupt
         for name in ("rope_scaling_type", "pooling_type", "attention_type", "flash_attn_type", "type_k", "type_v"):
             setattr(c, name, int(getattr(p, name)))
 
@@ -194,14 +209,19 @@ class LlamaContext(NativeHandle):
             self.eval(batch, self.n_past)
             return
         self._check_batch(batch)
-        rc = lib.llama_decode(self._ptr, batch.c_batch())
-        raise_for_status("llama_decode", rc, n_tokens=batch.n_tokens)
+        with _native_log.capture_errors() as errors:
+            rc = lib.llama_decode(self._ptr, batch.c_batch())
+        if rc == 2:
+            _interrupted()
+        raise_for_status("llama_decode", rc, n_tokens=batch.n_tokens, detail="; ".join(errors[-2:]))
         self._outputs = batch.logits[: batch.n_tokens].copy()
         self.n_past = max(self.n_past, int(batch.pos[: batch.n_tokens].max()) + 1)
 
     def encode(self, batch: LlamaBatch) -> None:
         self._check_batch(batch)
         rc = lib.llama_encode(self._ptr, batch.c_batch())
+        if rc == 2:
+            _interrupted()
         raise_for_status("llama_encode", rc, n_tokens=batch.n_tokens)
 
     def eval(self, tokens: Any, n_past: int) -> None:
@@ -233,7 +253,10 @@ class LlamaContext(NativeHandle):
         one.token[0] = token
         one.pos[0] = self.n_past
         rc = lib.llama_decode(self._ptr, one.c_batch())
-        raise_for_status("llama_decode", rc, token=token, pos=self.n_past)
+        if rc:
+            if rc == 2:
+                _interrupted()
+            raise_for_status("llama_decode", rc, token=token, pos=self.n_past)
         self._outputs = one.logits
         self.n_past += 1
 

@@ -38,15 +38,62 @@ enum ggml_numa_strategy {
 };
 """
 
-# Small C helpers compiled into the module: a log sink that needs no Python, for
-# the time after interpreter shutdown begins (C may still log from destructors).
+# Small C helpers compiled into the module:
+# - a log sink that needs no Python, for after interpreter shutdown begins (C may
+#   still log from destructors);
+# - SIGINT -> abort: a C signal handler sets a flag (and chains to Python's own),
+#   and a C abort callback reads it between graph nodes. Calling into Python for
+#   every node would cost more than the check itself.
 C_HELPERS_CDEF = """
 static void llamaplug_log_discard(enum ggml_log_level, const char *, void *);
+static int llamaplug_install_sigint(void);
+static bool llamaplug_abort_on_interrupt(void *);
+static int llamaplug_take_interrupt(void);
 """
 C_HELPERS_SOURCE = """
 #include "ggml-cpu.h"
+#include <signal.h>
+
 static void llamaplug_log_discard(enum ggml_log_level level, const char * text, void * user_data) {
     (void) level; (void) text; (void) user_data;
+}
+
+static volatile sig_atomic_t llamaplug_interrupted = 0;
+static void (*llamaplug_prev_sigint)(int) = 0;
+
+static void llamaplug_on_sigint(int sig) {
+    llamaplug_interrupted = 1;
+    if (llamaplug_prev_sigint) {
+        llamaplug_prev_sigint(sig);
+    }
+}
+
+static int llamaplug_install_sigint(void) {
+    struct sigaction now, before;
+    if (sigaction(SIGINT, NULL, &before) != 0) {
+        return 0;
+    }
+    if (before.sa_handler == llamaplug_on_sigint) {
+        return 1;
+    }
+    if (before.sa_handler == SIG_DFL || before.sa_handler == SIG_IGN || (before.sa_flags & SA_SIGINFO)) {
+        return 0;  /* only chain to a plain handler (Python's) */
+    }
+    llamaplug_prev_sigint = before.sa_handler;
+    now = before;
+    now.sa_handler = llamaplug_on_sigint;
+    return sigaction(SIGINT, &now, NULL) == 0;
+}
+
+static bool llamaplug_abort_on_interrupt(void * data) {
+    (void) data;
+    return llamaplug_interrupted != 0;
+}
+
+static int llamaplug_take_interrupt(void) {
+    int was = llamaplug_interrupted;
+    llamaplug_interrupted = 0;
+    return was;
 }
 """
 
