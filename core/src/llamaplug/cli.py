@@ -53,7 +53,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     path = args.model or default_model(args.catalog)
     extra = {"n_threads": args.threads} if args.threads else {}
-    llama = Llama.load(LlamaParams(model_path=path, n_ctx=args.ctx_size, log_level=args.log, **extra))
+    llama = Llama.load(LlamaParams(model_path=path, n_ctx=args.ctx_size, log_level=args.log, rpc_servers=args.rpc,
+                                   n_gpu_layers=args.n_gpu_layers, **extra))
     sampling = SamplerParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                              penalty_repeat=args.repeat_penalty, seed=args.seed)
     sys.stdout.write(args.prompt)
@@ -70,6 +71,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[{final.stop_reason.value}] prompt {t.prompt_tokens} tokens {t.prompt_per_second:.1f} t/s, "
               f"generated {t.predicted_tokens} tokens {t.predicted_per_second:.1f} t/s", file=sys.stderr)
     llama.close()
+    return 0
+
+
+def cmd_rpc_server(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from .blocks.backend import LlamaBackend
+
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger("llamaplug.rpc").warning(
+            "RPC has no authentication: anyone who reaches %s:%d can run graphs and read memory here",
+            args.host, args.port)
+        print(f"warning: serving on {args.host}, not loopback; RPC has no authentication", file=sys.stderr)
+    backend = LlamaBackend.init(backends=["rpc"])
+    print(f"llamaplug rpc-server on {args.host}:{args.port}", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the server loop is native: let Ctrl-C end the process
+    backend.rpc_start_server(args.host, args.port, args.threads)
     return 0
 
 
@@ -95,12 +114,25 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--stop", action="append", default=[])
     run.add_argument("--log", choices=["debug", "info", "warning", "error", "none"])
     run.add_argument("--no-timings", dest="timings", action="store_false")
+    run.add_argument("--rpc", action="append", default=[], help="RPC server host:port (repeatable)")
+    run.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
     run.set_defaults(func=cmd_run)
+    rpc = sub.add_parser("rpc-server", help="serve this machine's devices to other llamaplug processes (RPC)")
+    rpc.add_argument("--host", default="127.0.0.1", help="default loopback; RPC has no authentication")
+    rpc.add_argument("--port", type=int, default=50052)
+    rpc.add_argument("-t", "--threads", type=int, default=0)
+    rpc.set_defaults(func=cmd_rpc_server)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    import logging
+    import os
+
     args = parser().parse_args(argv)
+    level = getattr(args, "log", None) or os.environ.get("LLAMAPLUG_LOG")
+    if level and level != "none":  # the CLI owns the terminal: show what the library logs
+        logging.basicConfig(level=level.upper(), format="%(name)s: %(message)s", stream=sys.stderr)
     try:
         return args.func(args)
     except LlamaError as exc:

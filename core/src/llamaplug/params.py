@@ -229,6 +229,7 @@ class LlamaParams(ModelParams, ContextParams):
     model_path: Path
     seed: int = Field(0xFFFFFFFF, ge=0, le=0xFFFFFFFF, description="default sampler seed")
     backends: list[str] | None = Field(None, description="backend plugins to use; None = chosen by probe")
+    rpc_servers: list[str] = Field(default_factory=list, description='RPC servers ("host:port") whose devices to use')
     log_level: Literal["debug", "info", "warning", "error", "none"] | None = None
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, **data: Any):

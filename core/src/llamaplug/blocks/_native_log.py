@@ -24,12 +24,15 @@ _CONT = 5
 
 _state = {"level": logging.INFO, "pending": ""}
 _threshold = [logging.ERROR]
+_installed: list[bool] = []
 
 
 def set_level(name: str | None) -> None:
     """Let native messages of at least this level through ("debug" ... "none")."""
     level = _LEVELS.get((name or os.environ.get("LLAMAPLUG_LOG") or "error").lower(), logging.ERROR)
     _threshold[0] = level
+    if name:
+        _installed.append(True)
     if log.level == logging.NOTSET or log.level > level:
         log.setLevel(level)
 
@@ -84,7 +87,9 @@ def _llamaplug_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
 
 
 def install() -> None:
-    set_level(None)
+    if not _installed:
+        set_level(None)  # LLAMAPLUG_LOG; a level set before (LlamaParams.log_level) stays
+    _installed.append(True)
     lib.llama_log_set(lib._llamaplug_log_cb, ffi.NULL)
     atexit.register(_uninstall)
 

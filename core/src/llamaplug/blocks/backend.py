@@ -12,8 +12,8 @@ import cffi
 
 from .. import plugins
 from .._version import GGML_VERSION, LLAMA_CPP_COMMIT
-from ..errors import BackendError, BackendMismatchError, NoBackendError
-from ..params import NumaStrategy
+from ..errors import BackendError, BackendMismatchError, InvalidParameterError, NoBackendError
+from ..params import NumaStrategy, physical_cores
 from ..plugins import BackendSpec, ProbeResult
 from ..raw import ffi, lib
 from . import _native_log
@@ -70,12 +70,13 @@ class LlamaBackend:
     """
 
     _instance: LlamaBackend | None = None
-    _lock = threading.Lock()
+    _lock = threading.RLock()
 
     def __init__(self, _token: object = None):
         if _token is not _TOKEN:
             raise BackendError("use LlamaBackend.init() or LlamaBackend.init_numa(strategy)")
         self._statuses: list[BackendStatus] = []
+        self._rpc_servers: list[str] = []
         self.numa: NumaStrategy | None = None
 
     @classmethod
@@ -146,6 +147,38 @@ class LlamaBackend:
 
     def system_info(self) -> str:
         return ffi.string(lib.llama_print_system_info()).decode().strip()
+
+    def add_rpc_server(self, endpoint: str) -> None:
+        """Make the devices of the RPC server at "host:port" available (needs llamaplug-backend-rpc)."""
+        host, sep, port = endpoint.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidParameterError(f"RPC server must be host:port, got {endpoint!r}", field="rpc_servers")
+        with self._lock:
+            if endpoint in self._rpc_servers:
+                return
+            reg = lib.ggml_backend_reg_by_name(b"RPC")
+            if reg == ffi.NULL:
+                raise NoBackendError(f"RPC server {endpoint} needs the RPC backend: pip install llamaplug-backend-rpc")
+            add = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
+            add_server = ffi.cast("ggml_backend_reg_t (*)(const char *)", add)
+            with _native_log.capture_errors() as errors:
+                server_reg = add_server(endpoint.encode())
+            if server_reg == ffi.NULL:
+                raise BackendError(f"could not reach RPC server {endpoint}: {'; '.join(errors) or 'no reason'}")
+            lib.ggml_backend_register(server_reg)
+            self._rpc_servers.append(endpoint)
+
+    def rpc_start_server(self, host: str, port: int, n_threads: int = 0) -> None:
+        """Serve this process's local devices over RPC; blocks until the process ends."""
+        reg = lib.ggml_backend_reg_by_name(b"RPC")
+        if reg == ffi.NULL:
+            raise NoBackendError("the RPC server needs the RPC backend: pip install llamaplug-backend-rpc")
+        start = ffi.cast("void (*)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *)",
+                         lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_start_server"))
+        local = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
+        local = [d for d in local if lib.ggml_backend_dev_backend_reg(d) != reg]
+        devices = ffi.new("ggml_backend_dev_t[]", local)
+        start(f"{host}:{port}".encode(), ffi.NULL, n_threads or physical_cores(), len(local), devices)
 
     def backends(self) -> list[BackendStatus]:
         return list(self._statuses)

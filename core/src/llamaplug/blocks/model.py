@@ -14,7 +14,7 @@ from ..raw import ffi, lib
 from . import _native_log
 from ._handle import NativeHandle
 from .backend import LlamaBackend
-from .gguf_header import check_model_path
+from .gguf_header import TENSOR_ALIGNMENT, inspect_model
 
 
 def encode_text(text: str, what: str = "text") -> bytes:
@@ -40,9 +40,19 @@ class LlamaModel(NativeHandle):
             raise BackendNotInitialisedError(
                 "call LlamaBackend.init() before loading a model (Llama.load does it for you)"
             )
-        self.path = check_model_path(path)
+        header = inspect_model(path)
+        self.path = header.path
         self.params = params or ModelParams()
         c_params, keep_alive = self._c_params(self.params)
+        if not header.mmap_aligned and c_params.load_mode in (-1, 1, 3):  # AUTO, MMAP, MMAP_MLOCK
+            # llama.cpp's file-path loader mmaps tensor data at any file offset and then aborts in
+            # ggml_backend_cpu_buffer_from_ptr (GGML_ASSERT "buffer pointer must be aligned"); only its
+            # file-pointer loader checks. Without mmap the data is copied into aligned buffers.
+            if self.params.use_mmap is not None:
+                raise InvalidModelError(
+                    f"cannot mmap {self.path}: its tensor data starts at file offset {header.data_offset}, "
+                    f"not a multiple of {TENSOR_ALIGNMENT} bytes; load it with use_mmap=False")
+            c_params.load_mode = 2 if self.params.use_mlock else 0  # MLOCK / NONE: auto means no mmap here
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_model_load_from_file(str(self.path).encode(), c_params)
         del keep_alive

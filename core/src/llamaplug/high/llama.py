@@ -40,6 +40,8 @@ class Llama:
             params = LlamaParams(model_path=params)
         _native_log.set_level(params.log_level)
         backend = LlamaBackend.init(params.backends)
+        for endpoint in params.rpc_servers:
+            backend.add_rpc_server(endpoint)
         model = LlamaModel(params.model_path, params.model_params())
         try:
             context = LlamaContext(model, params.context_params())

@@ -1,0 +1,24 @@
+"""llamaplug's RPC backend: devices of other machines (or processes), reached over TCP.
+
+There is no authentication in ggml's RPC protocol: a server runs whatever
+graph a client sends and reads/writes its buffers. Bind servers to loopback
+(the default) or to a network you trust.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llamaplug import hookimpl
+from llamaplug.probes import module_backend
+
+from . import _build_info
+
+LIB = Path(__file__).resolve().parent / "lib"
+
+
+@hookimpl
+def llamaplug_register_backends(register):
+    # No hardware to probe: the module runs anywhere; servers are added per model (LlamaParams.rpc_servers).
+    register(module_backend(name="rpc", distribution="llamaplug-backend-rpc", priority=10, lib_dir=LIB,
+                            build_info=_build_info))
