@@ -28,7 +28,7 @@ def module_files(lib_dir: Path, name: str) -> list[Path]:
     return sorted(lib_dir.glob(f"*ggml-{name}*{_SUFFIX}"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def isolated(module: str, function: str, timeout: float = 30.0) -> dict[str, Any]:
     """`module.function()` (returning a JSON-able dict with ok/reason) run in a child interpreter."""
     code = (f"import importlib, json; r = importlib.import_module({module!r}).{function}(); "

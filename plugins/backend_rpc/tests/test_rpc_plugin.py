@@ -1,6 +1,7 @@
 """The RPC plugin's registration: its module is found and needs no hardware."""
 
 import llamaplug_backend_rpc
+
 from llamaplug.plugins import collect
 
 
