@@ -117,3 +117,49 @@ def test_cli_reports_errors_without_traceback(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "ModelNotFoundError" in r.stderr and "nope.gguf" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_crashing_and_hanging_probes_are_verdicts(tmp_path):
+    (tmp_path / "fakegpu_probe.py").write_text(
+        "import ctypes, time\n"
+        "def crash():\n    return ctypes.string_at(0)\n"
+        "def hang():\n    time.sleep(600)\n"
+        "def fine():\n    return {'ok': True, 'reason': 'fake device', 'devices': ['Fake GPU 0']}\n"
+    )
+    r = child("""
+        from llamaplug.probes import isolated
+        print(isolated("fakegpu_probe", "crash")["reason"])
+        print(isolated("fakegpu_probe", "hang", timeout=3)["reason"])
+        print(isolated("fakegpu_probe", "fine"))
+        print("ALIVE")
+    """, path=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    crash, hang, fine, alive = r.stdout.splitlines()
+    assert "crashed" in crash and "SIGSEGV" in crash
+    assert "timed out after 3 s" in hang
+    assert "'ok': True" in fine and alive == "ALIVE"
+
+
+def test_priority_and_one_gpu_through_two_apis():
+    r = child("""
+        import llamaplug as lp
+        from llamaplug import plugins
+        from llamaplug.plugins import BackendSpec, ProbeResult
+
+        gpu = ProbeResult(True, "fake", devices=("Fake GPU 0",))
+        class Fakes:
+            @lp.hookimpl
+            def llamaplug_register_backends(register):
+                for name, prio in (("fakevk", 50), ("fakecuda", 100)):
+                    register(BackendSpec(name, "x", prio, lambda: gpu, lp.LLAMA_CPP_COMMIT, lp.GGML_VERSION))
+        plugins.load_plugins()
+        plugins.pm.register(Fakes, name="fakes")
+        for s in lp.backends():
+            print(s.name, s.loaded, s.reason)
+    """)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines][:2] == ["fakecuda", "fakevk"]  # by priority
+    assert lines[0].split()[1] == "True"
+    assert lines[1].split()[1] == "False" and "already used through fakecuda" in lines[1]
+    assert any(ln.startswith("cpu True") for ln in lines)

@@ -58,16 +58,18 @@ def module_backend(
     lib_dir: Path,
     build_info: Any,
     check: Callable[[], dict[str, Any]] | None = None,
+    module: str | None = None,
 ) -> BackendSpec:
-    """A BackendSpec for a plugin that ships ggml module(s) named ggml-<name>.
+    """A BackendSpec for a plugin that ships ggml module(s) named ggml-<module> (default: the name).
 
     `check` says whether the hardware/driver is there: {"ok", "reason", "devices"}.
     """
+    module = module or name
 
     def probe() -> ProbeResult:
-        found = module_files(lib_dir, name)
+        found = module_files(lib_dir, module)
         if not found:
-            return ProbeResult(False, f"no ggml-{name} module in {lib_dir}: reinstall {distribution}")
+            return ProbeResult(False, f"no ggml-{module} module in {lib_dir}: reinstall {distribution}")
         verdict = check() if check else {"ok": True, "reason": "no hardware needed"}
         return ProbeResult(bool(verdict["ok"]), str(verdict["reason"]), tuple(verdict.get("devices", ())),
                            verdict.get("variant"), tuple(found) if verdict["ok"] else ())

@@ -238,18 +238,26 @@ def _load_backends(explicit: list[str] | None) -> list[BackendStatus]:
         )
     wanted = _requested(explicit)
     statuses = []
-    for spec in specs:
+    served: dict[str, str] = {}  # device -> the backend already using it
+    for spec in specs:  # highest priority first
         verdict = _verdict(spec)
         # CPU always loads: llama.cpp needs it for host buffers and unsupported ops.
         chosen = verdict.ok and (wanted is None or spec.name in wanted or spec.name == "cpu")
         reason = verdict.reason
+        if chosen and wanted is None and spec.name != "cpu" and verdict.devices \
+                and all(d in served for d in verdict.devices):
+            # One physical GPU seen through two APIs (CUDA and Vulkan, say): use the preferred one only.
+            chosen = False
+            reason = f"{reason}; its devices are already used through {served[verdict.devices[0]]}"
         if chosen:
             for module in verdict.modules:
                 if lib.ggml_backend_load(str(module).encode()) == ffi.NULL:
                     chosen, reason = False, f"ggml could not load {module}"
                     break
-        elif verdict.ok:
+        elif verdict.ok and wanted is not None and spec.name not in wanted:
             reason = f"{reason}; not selected (LlamaParams.backends / LLAMAPLUG_BACKENDS)"
+        if chosen and spec.name != "cpu":
+            served.update(dict.fromkeys(verdict.devices, spec.name))
         statuses.append(BackendStatus(
             name=spec.name, distribution=spec.distribution, priority=spec.priority, ok=verdict.ok,
             loaded=chosen, reason=reason, variant=verdict.variant, devices=verdict.devices,
