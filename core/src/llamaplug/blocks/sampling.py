@@ -57,22 +57,22 @@ class LlamaSampler(NativeHandle):
         return cls(lib.llama_sampler_init_top_k(int(k)), "top_k")
 
     @classmethod
-    def top_p(cls, p: float, min_keep: int = 1) -> LlamaSampler:
-        _check("top_p", 0.0 <= p <= 1.0, f"must be in [0, 1], got {p}")
+    def _truncating(cls, name: str, init: Any, p: float, min_keep: int) -> LlamaSampler:
+        _check(name, 0.0 <= p <= 1.0, f"must be in [0, 1], got {p}")
         _check("min_keep", min_keep >= 0, f"must be >= 0, got {min_keep}")
-        return cls(lib.llama_sampler_init_top_p(float(p), min_keep), "top_p")
+        return cls(init(float(p), min_keep), name)
+
+    @classmethod
+    def top_p(cls, p: float, min_keep: int = 1) -> LlamaSampler:
+        return cls._truncating("top_p", lib.llama_sampler_init_top_p, p, min_keep)
 
     @classmethod
     def min_p(cls, p: float, min_keep: int = 1) -> LlamaSampler:
-        _check("min_p", 0.0 <= p <= 1.0, f"must be in [0, 1], got {p}")
-        _check("min_keep", min_keep >= 0, f"must be >= 0, got {min_keep}")
-        return cls(lib.llama_sampler_init_min_p(float(p), min_keep), "min_p")
+        return cls._truncating("min_p", lib.llama_sampler_init_min_p, p, min_keep)
 
     @classmethod
     def typical(cls, p: float, min_keep: int = 1) -> LlamaSampler:
-        _check("typical_p", 0.0 <= p <= 1.0, f"must be in [0, 1], got {p}")
-        _check("min_keep", min_keep >= 0, f"must be >= 0, got {min_keep}")
-        return cls(lib.llama_sampler_init_typical(float(p), min_keep), "typical")
+        return cls._truncating("typical", lib.llama_sampler_init_typical, p, min_keep)
 
     @classmethod
     def penalties(cls, n_vocab: int, last_n: int = 64, repeat: float = 1.0, freq: float = 0.0,
