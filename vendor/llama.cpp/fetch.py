@@ -3,8 +3,11 @@
 
 The tree is never committed: it comes from the registry's source distribution
 named in PIN (which vendors exactly the pinned upstream commit), is verified
-against the sha256 in PIN, and is unpacked once into a cache directory.
-LLAMAPLUG_LLAMA_CPP_DIR points at an existing checkout instead.
+against the sha256 in PIN, and is unpacked once into a cache directory, where
+llamaplug's own patches (patches/*.patch, `patch -p1`, in name order) are applied.
+The directory's name carries a short hash of the patch set, so changing the patches
+materialises a fresh tree. LLAMAPLUG_LLAMA_CPP_DIR points at an existing checkout
+instead (used as it is: the patches are not applied to it).
 
 Usage: fetch.py            -> prints the tree's path (materialising it if needed)
        fetch.py --pin KEY  -> prints one value of PIN
@@ -88,9 +91,36 @@ def check_tree(tree: Path) -> None:
             raise FetchError(f"llama.cpp tree at {tree} lacks {needed}")
 
 
+def patch_files() -> list[Path]:
+    return sorted(PATCHES.glob("*.patch")) if PATCHES.is_dir() else []
+
+
+def patches_id() -> str:
+    """A short hash of the patch set ("" when there are none): part of the tree's directory name."""
+    files = patch_files()
+    if not files:
+        return ""
+    digest = hashlib.sha256()
+    for patch in files:
+        digest.update(patch.name.encode() + b"\0" + patch.read_bytes() + b"\0")
+    return digest.hexdigest()[:10]
+
+
 def apply_patches(tree: Path) -> None:
-    for patch in sorted(PATCHES.glob("*.patch")) if PATCHES.is_dir() else []:
-        subprocess.run(["patch", "-p1", "-N", "-s", "-d", str(tree), "-i", str(patch)], check=True)
+    files = patch_files()
+    if files and not shutil.which("patch"):
+        raise FetchError("the `patch` program is needed to apply vendor/llama.cpp/patches (apt-get install patch)")
+    for patch in files:
+        cmd = ["patch", "-p1", "-N", "-s", "--no-backup-if-mismatch", "-d", str(tree), "-i", str(patch)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise FetchError(f"{patch.name} does not apply to the pinned tree:\n{(done.stdout + done.stderr)[-2000:]}")
+
+
+def tree_dir(pin: dict[str, str]) -> Path:
+    """Where the pinned tree (with this patch set applied) is materialised."""
+    suffix = patches_id()
+    return cache_root() / (f"llama.cpp-{pin['commit']}" + (f"-p{suffix}" if suffix else ""))
 
 
 def materialise() -> Path:
@@ -100,7 +130,7 @@ def materialise() -> Path:
         check_tree(tree)
         return tree
     pin = read_pin()
-    tree = cache_root() / f"llama.cpp-{pin['commit']}"
+    tree = tree_dir(pin)
     if (tree / ".llamaplug-complete").exists():
         return tree
     sdist = download_sdist(pin, cache_root() / "sdist")
@@ -117,7 +147,8 @@ def materialise() -> Path:
         (staged / ".git").unlink(missing_ok=True)  # a gitlink into the sdist's own .git
         check_tree(staged)
         apply_patches(staged)
-        (staged / ".llamaplug-complete").write_text(pin["commit"] + "\n")
+        (staged / ".llamaplug-complete").write_text(
+            pin["commit"] + "\n" + "".join(f"{p.name}\n" for p in patch_files()))
         if tree.exists():
             shutil.rmtree(tree)
         staged.rename(tree)

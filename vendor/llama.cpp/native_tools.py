@@ -27,7 +27,7 @@ TOOLS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-tokeni
 def build(targets: tuple[str, ...] = TOOLS) -> Path:
     tree = fetch.materialise()
     name = variants.best_variant(variants.cpu_flags())
-    build_dir = fetch.cache_root() / f"native-{fetch.read_pin()['commit']}-{name}"
+    build_dir = fetch.cache_root() / f"native-{fetch.tree_dir(fetch.read_pin()).name}-{name}"
     bin_dir = build_dir / "bin"
     if all((bin_dir / t).exists() for t in targets):
         return bin_dir
