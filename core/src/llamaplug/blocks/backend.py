@@ -240,6 +240,12 @@ def _load_backends(explicit: list[str] | None) -> list[BackendStatus]:
     statuses = []
     served: dict[str, str] = {}  # device -> the backend already using it
     for spec in specs:  # highest priority first
+        if wanted is not None and spec.name not in wanted and spec.name != "cpu":
+            # Probes can cost a child process; an unwanted backend is not asked.
+            why = "not probed: not selected (LlamaParams.backends / LLAMAPLUG_BACKENDS)"
+            statuses.append(BackendStatus(spec.name, spec.distribution, spec.priority, ok=False, loaded=False,
+                                          reason=why))
+            continue
         verdict = _verdict(spec)
         # CPU always loads: llama.cpp needs it for host buffers and unsupported ops.
         chosen = verdict.ok and (wanted is None or spec.name in wanted or spec.name == "cpu")
@@ -254,8 +260,6 @@ def _load_backends(explicit: list[str] | None) -> list[BackendStatus]:
                 if lib.ggml_backend_load(str(module).encode()) == ffi.NULL:
                     chosen, reason = False, f"ggml could not load {module}"
                     break
-        elif verdict.ok and wanted is not None and spec.name not in wanted:
-            reason = f"{reason}; not selected (LlamaParams.backends / LLAMAPLUG_BACKENDS)"
         if chosen and spec.name != "cpu":
             served.update(dict.fromkeys(verdict.devices, spec.name))
         statuses.append(BackendStatus(

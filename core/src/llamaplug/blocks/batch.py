@@ -11,17 +11,39 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParameterError
-from ..raw import ffi
+from ..raw import ffi, lib
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _check_int32(field: str, *values: int) -> None:
+    """The arrays are int32: a value outside would raise OverflowError, or wrap silently from numpy."""
+    for v in values:
+        if not INT32_MIN <= v <= INT32_MAX:
+            raise InvalidParameterError(f"{field}={v} does not fit in int32", field=field)
+
+
+def _int32_array(field: str, values: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.int64).reshape(-1)
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise InvalidParameterError(f"{field} must be int32 integers: {exc}", field=field) from None
+    if arr.size and (arr.min() < INT32_MIN or arr.max() > INT32_MAX):
+        _check_int32(field, int(arr.min()), int(arr.max()))
+    return arr.astype(np.int32)
 
 
 class LlamaBatch:
     """Room for `n_tokens` tokens, each in up to `n_seq_max` sequences."""
 
     def __init__(self, n_tokens: int, n_seq_max: int = 1):
-        if n_tokens < 1:
-            raise InvalidParameterError(f"LlamaBatch n_tokens must be >= 1, got {n_tokens}", field="n_tokens")
-        if n_seq_max < 1:
-            raise InvalidParameterError(f"LlamaBatch n_seq_max must be >= 1, got {n_seq_max}", field="n_seq_max")
+        if not 1 <= n_tokens <= INT32_MAX:
+            raise InvalidParameterError(f"LlamaBatch n_tokens must be in 1..{INT32_MAX}, got {n_tokens}",
+                                        field="n_tokens")
+        max_seq = int(lib.llama_max_parallel_sequences())
+        if not 1 <= n_seq_max <= max_seq:
+            raise InvalidParameterError(f"LlamaBatch n_seq_max must be in 1..{max_seq}, got {n_seq_max}",
+                                        field="n_seq_max")
         self.capacity = n_tokens
         self.n_seq_max = n_seq_max
         self.token = np.zeros(n_tokens, dtype=np.int32)
@@ -67,6 +89,9 @@ class LlamaBatch:
             raise InvalidParameterError(
                 f"a token belongs to 1..{self.n_seq_max} sequences in this batch, got {len(seqs)}", field="seq_ids"
             )
+        _check_int32("token", token)
+        _check_int32("pos", pos)
+        _check_int32("seq_id", *seqs)
         i = self._room(1)
         self.token[i] = token
         self.pos[i] = pos
@@ -77,10 +102,12 @@ class LlamaBatch:
 
     def add_sequence(self, tokens: Any, seq_id: int = 0, logits_all: bool = False, pos0: int = 0) -> None:
         """Append `tokens` as sequence `seq_id` at positions pos0, pos0+1, ...; the last one gets logits."""
-        arr = np.asarray(tokens, dtype=np.int32).reshape(-1)
+        arr = _int32_array("tokens", tokens)
         k = arr.size
         if k == 0:
             return
+        _check_int32("seq_id", seq_id)
+        _check_int32("pos", pos0, pos0 + k - 1)
         i = self._room(k)
         end = i + k
         self.token[i:end] = arr

@@ -113,6 +113,48 @@ def _run_pending_signal_handlers() -> None:
     return None
 
 
+_MAX_ARCH_NAME = 256  # llama.cpp's architecture names are short
+_SESSION_MAGIC, _SESSION_VERSION = 0x6767736E, 10  # LLAMA_SESSION_MAGIC ("ggsn"), LLAMA_SESSION_VERSION
+
+
+def _check_state_head(head: bytes, size: int, what: str) -> None:
+    """A state starts with the architecture name, a uint32 length first.
+
+    llama_io_read_i::read_string allocates (and zero-fills) that length before it reads: junk
+    there makes llama_state_set_data / llama_state_load_file touch up to 4 GiB and take minutes.
+    """
+    if len(head) < 4:
+        raise StateError(f"{what} is too short to be a llama.cpp state ({size} bytes)")
+    n = int.from_bytes(head[:4], "little")
+    if n > min(size - 4, _MAX_ARCH_NAME):
+        raise StateError(f"{what} is not a llama.cpp state (it starts with an architecture name of {n} bytes)")
+
+
+def _check_state_file(path: Path) -> None:
+    """The same check for a session file (magic, version, token count, tokens, then the state)."""
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        head = fh.read(12)
+        if len(head) < 12:
+            return  # llama.cpp reports the short file
+        magic, version, n_tokens = int.from_bytes(head[:4], "little"), int.from_bytes(head[4:8], "little"), \
+            int.from_bytes(head[8:12], "little")
+        if magic != _SESSION_MAGIC or version != _SESSION_VERSION or 12 + 4 * n_tokens > size:
+            return  # refused by llama.cpp with its own message
+        fh.seek(12 + 4 * n_tokens)
+        _check_state_head(fh.read(4), size - 12 - 4 * n_tokens, f"state file {path}")
+
+
+GGML_MAX_N_THREADS = 512  # ggml.h; llama_decode segfaults with more threads (n_threads=100000 does)
+
+
+def _check_threads(n_threads: int, n_threads_batch: int | None) -> None:
+    for name, value in (("n_threads", n_threads), ("n_threads_batch", n_threads_batch)):
+        if value is not None and value > GGML_MAX_N_THREADS:
+            raise InvalidParameterError(f"{name}={value} exceeds ggml's limit of {GGML_MAX_N_THREADS} threads",
+                                        field=name)
+
+
 class LlamaContext(NativeHandle):
     """A context on `model`; closed automatically when the model is closed."""
 
@@ -152,6 +194,10 @@ class LlamaContext(NativeHandle):
                                         field="n_seq_max")
         if p.n_ctx > 0x7FFFFFFF:
             raise InvalidParameterError(f"n_ctx={p.n_ctx} is not a valid context size", field="n_ctx")
+        for name in ("n_batch", "n_ubatch", "yarn_orig_ctx"):  # uint32 in C: cffi would raise OverflowError
+            if getattr(p, name) > 0x7FFFFFFF:
+                raise InvalidParameterError(f"{name}={getattr(p, name)} is too large", field=name)
+        _check_threads(p.n_threads, p.n_threads_batch)
         _check_fits(p, model)
         for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "n_threads", "yarn_ext_factor",
                      "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "defrag_thold",
@@ -183,6 +229,7 @@ class LlamaContext(NativeHandle):
     def set_n_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
         if n_threads < 1 or (n_threads_batch is not None and n_threads_batch < 1):
             raise InvalidParameterError("thread counts must be >= 1", field="n_threads")
+        _check_threads(n_threads, n_threads_batch)
         lib.llama_set_n_threads(self._ptr, n_threads, n_threads_batch or n_threads)
 
     # -- forward pass --------------------------------------------------------
@@ -190,15 +237,26 @@ class LlamaContext(NativeHandle):
         n = batch.n_tokens
         if n == 0:
             raise InvalidParameterError("cannot decode an empty batch", field="batch")
+        if not 0 < n <= batch.capacity:  # n_tokens and n_seq_id are public: llama.cpp segfaults on bad ones
+            raise InvalidParameterError(f"batch.n_tokens={n} is outside 1..{batch.capacity} (its capacity)",
+                                        field="n_tokens")
         if n > self.n_batch:
             raise InvalidParameterError(f"batch of {n} tokens exceeds n_batch={self.n_batch}", field="batch")
         self.model.check_tokens(batch.token[:n])
+        counts = batch.n_seq_id[:n]
+        if counts.min() < 1 or counts.max() > batch.n_seq_max:
+            bad = int(np.flatnonzero((counts < 1) | (counts > batch.n_seq_max))[0])
+            raise InvalidParameterError(f"token {bad} of the batch has n_seq_id={int(counts[bad])}, "
+                                        f"not in 1..{batch.n_seq_max}", field="n_seq_id")
         seqs = batch.seq_ids[:n]
         used = np.arange(batch.n_seq_max) < batch.n_seq_id[:n, None]
         if used.any() and (seqs[used].min() < 0 or seqs[used].max() >= self.n_seq_max):
             bad = int(seqs[used][(seqs[used] < 0) | (seqs[used] >= self.n_seq_max)][0])
             raise InvalidParameterError(f"seq_id {bad} is outside 0..{self.n_seq_max - 1} (n_seq_max)",
                                         field="seq_id")
+        low = int(batch.pos[:n].min())
+        if low < 0:  # llama.cpp takes -1 and stores a cell its own pos_max cannot see; refuses -2 and below
+            raise InvalidParameterError(f"position {low} is negative", field="pos")
         top = int(batch.pos[:n].max())
         if top >= self.n_ctx:
             raise ContextOverflowError(f"position {top} is outside the context window (n_ctx={self.n_ctx})")
@@ -375,6 +433,7 @@ class LlamaContext(NativeHandle):
     def state_set(self, data: bytes, n_past: int | None = None) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)) or not len(data):
             raise StateError("state must be non-empty bytes from state_get()")
+        _check_state_head(bytes(memoryview(data)[:4]), len(data), "the state data")
         with _native_log.capture_errors() as errors:
             read = lib.llama_state_set_data(self._ptr, ffi.from_buffer("uint8_t[]", data), len(data))
         if read == 0:
@@ -395,6 +454,7 @@ class LlamaContext(NativeHandle):
         source = Path(path)
         if not source.is_file():
             raise StateError(f"state file not found: {source}")
+        _check_state_file(source)
         capacity = self.n_ctx
         tokens = ffi.new("llama_token[]", capacity)
         n = ffi.new("size_t *")

@@ -66,8 +66,10 @@ _MATMUL_WEIGHTS = frozenset({
     "ffn_down_shexp", "ffn_gate_inp",
 })
 _GGML_TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1",
-                    10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 24: "I8", 25: "I16",
-                    26: "I32", 27: "I64", 28: "F64", 30: "BF16"}
+                    10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS",
+                    17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS",
+                    24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16", 34: "TQ1_0",
+                    35: "TQ2_0", 39: "MXFP4", 40: "NVFP4", 41: "Q1_0", 42: "Q2_0"}
 
 
 def check_model_path(path: str | os.PathLike[str]) -> Path:
@@ -84,6 +86,7 @@ class GgufHeader:
     n_tensors: int
     n_kv: int
     data_offset: int | None = None
+    byte_gaps: ByteGaps | None = None
 
     @property
     def mmap_aligned(self) -> bool:
@@ -123,8 +126,29 @@ def inspect_model(path: str | os.PathLike[str]) -> GgufHeader:
     if parsed is None:
         return header  # malformed: llama.cpp's reader says how
     kvs, tensors, data_offset = parsed
-    _check_values(p, kvs, tensors)
-    return dataclasses.replace(header, data_offset=data_offset)
+    byte_gaps = _check_values(p, kvs, tensors)
+    return dataclasses.replace(header, data_offset=data_offset, byte_gaps=byte_gaps)
+
+
+@dataclasses.dataclass(frozen=True)
+class ByteGaps:
+    """An SPM vocabulary without byte tokens for some bytes.
+
+    llama.cpp's SPM tokenizer spells a character that is not a token with byte tokens
+    (byte_to_token: token_to_id.at("<0xXX>")); where one is missing, std::out_of_range goes
+    through llama_tokenize, a C function, and std::terminate aborts the process.
+    """
+
+    missing: frozenset[int]
+    tokens: frozenset[bytes]
+
+    def unencodable(self, text: str) -> str | None:
+        """The first character of `text` that llama.cpp would abort on, or None."""
+        for ch in text:
+            piece = ("\u2581" if ch == " " else ch).encode("utf-8", "surrogatepass")
+            if piece not in self.tokens and any(b in self.missing for b in piece):
+                return ch
+        return None
 
 
 # -- the reader -----------------------------------------------------------------------------------
@@ -287,7 +311,7 @@ def _u32_or_array(kvs: dict[bytes, tuple[int, Any]], key: bytes, n_layer: int) -
     return None
 
 
-def _check_values(p: Path, kvs: dict[bytes, tuple[int, Any]], tensors: list[_Tensor]) -> None:
+def _check_values(p: Path, kvs: dict[bytes, tuple[int, Any]], tensors: list[_Tensor]) -> ByteGaps | None:
     def refuse(what: str, upstream: str) -> None:
         raise InvalidModelError(f"invalid GGUF model {p}: {what} (llama.cpp would abort the process: {upstream})")
 
@@ -323,8 +347,9 @@ def _check_values(p: Path, kvs: dict[bytes, tuple[int, Any]], tensors: list[_Ten
         if vtype in (T_F32, T_F64) and (k.endswith(b"epsilon") or k.endswith(b"_eps")) and not value >= 0:
             refuse(f"{k.decode('utf-8', 'replace')} = {value}, a norm epsilon must be >= 0",
                    "GGML_ASSERT(eps >= 0.0f) in the first llama_decode")
-    _check_vocabulary(kvs, refuse)
+    byte_gaps = _check_vocabulary(kvs, refuse)
     _check_tensor_types(tensors, refuse)
+    return byte_gaps
 
 
 def _check_experts(kvs: dict[bytes, tuple[int, Any]], key: Any, shown: Any, n_layer: int, arch: bytes,
@@ -357,13 +382,15 @@ def _check_experts(kvs: dict[bytes, tuple[int, Any]], key: Any, shown: Any, n_la
         refuse(f"{shown('expert_group_count')} = {groups} without experts", "GGML_ASSERT(n_expert_groups == 0)")
 
 
-def _check_vocabulary(kvs: dict[bytes, tuple[int, Any]], refuse: Any) -> None:
+def _check_vocabulary(kvs: dict[bytes, tuple[int, Any]], refuse: Any) -> ByteGaps | None:
     # llama-vocab.cpp load: GGML_ASSERT(id_to_token.size() == token_to_id.size()): two tokens with
     # the same text abort the load. The text is what llama.cpp sees: gguf_get_arr_str returns a C
     # string, so it ends at the first NUL, and an empty text becomes "[EMPTY_<id>]".
     vtype, tokens = kvs.get(b"tokenizer.ggml.tokens", (None, None))
     if vtype != T_ARR or tokens.elem != T_STR or tokens.items is None:
-        return  # missing or mistyped: llama.cpp refuses it
+        return None  # missing or mistyped: llama.cpp refuses it
+    if kvs.get(b"tokenizer.ggml.model") in ((T_STR, b"none"), (T_STR, b"no_vocab")):
+        return None  # llama.cpp does not read the tokens then
     texts = [t.split(b"\0", 1)[0] or b"[EMPTY_%d]" % i for i, t in enumerate(tokens.items)]
     if len(set(texts)) != len(texts):
         seen: dict[bytes, int] = {}
@@ -372,6 +399,11 @@ def _check_vocabulary(kvs: dict[bytes, tuple[int, Any]], refuse: Any) -> None:
                 refuse(f"tokenizer.ggml.tokens has token {i} with the same text as token {seen[t]} ({t[:40]!r})",
                        "GGML_ASSERT(id_to_token.size() == token_to_id.size())")
             seen[t] = i
+    if kvs.get(b"tokenizer.ggml.model") != (T_STR, b"llama"):
+        return None
+    known = frozenset(texts)
+    missing = frozenset(b for b in range(256) if b"<0x%02X>" % b not in known and (not b or bytes([b]) not in known))
+    return ByteGaps(missing, known) if missing else None
 
 
 def _check_tensor_types(tensors: list[_Tensor], refuse: Any) -> None:

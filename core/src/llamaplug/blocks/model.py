@@ -62,6 +62,9 @@ class LlamaModel(NativeHandle):
         self._adopt(ptr, lib.llama_model_free)
         self._vocab = lib.llama_model_get_vocab(ptr)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
+        self._vocab_problems = _vocab_problems(self._vocab, self.path)
+        self._byte_gaps = header.byte_gaps if int(lib.llama_vocab_type(self._vocab)) == lib.LLAMA_VOCAB_TYPE_SPM \
+            else None
         from ..plugins import pm
 
         pm.hook.llamaplug_model_loaded(model=self)
@@ -111,6 +114,13 @@ class LlamaModel(NativeHandle):
     def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
         """Token ids of `text`; `special=True` parses control-token text like "<|im_start|>"."""
         data = encode_text(text)
+        self._check_vocab(add_bos)
+        if self._byte_gaps is not None:
+            ch = self._byte_gaps.unencodable(text)
+            if ch is not None:
+                raise InvalidParameterError(
+                    f"{self.path.name}'s vocabulary can spell neither {ch!r} nor its bytes "
+                    "(llama.cpp would abort the process)", field="text")
         n_max = len(data) + 2 * int(add_bos) + 1
         buf = ffi.new("llama_token[]", n_max)
         n = lib.llama_tokenize(self._vocab_ptr, data, len(data), buf, n_max, add_bos, special)
@@ -128,6 +138,7 @@ class LlamaModel(NativeHandle):
 
     def detokenize_bytes(self, tokens: Any, special: bool = False) -> bytes:
         arr = self.check_tokens(tokens)
+        self._check_vocab(False)
         if not arr.size:
             return b""
         c_tokens = ffi.from_buffer("llama_token[]", arr)
@@ -143,6 +154,7 @@ class LlamaModel(NativeHandle):
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
         """The raw bytes of one token (may be part of a UTF-8 character)."""
         self.check_token(token)
+        self._check_vocab(False)
         buf = ffi.new("char[]", 64)
         n = lib.llama_token_to_piece(self._vocab_ptr, token, buf, 64, 0, special)
         if n < 0:
@@ -158,6 +170,13 @@ class LlamaModel(NativeHandle):
 
     def token_is_control(self, token: int) -> bool:
         return bool(lib.llama_vocab_is_control(self._vocab_ptr, self.check_token(token)))
+
+    def _check_vocab(self, add_special: bool) -> None:
+        """Refuse what llama.cpp would abort on: text ops without a tokenizer, special tokens it lacks."""
+        self._ptr  # noqa: B018 - raises ClosedError once closed
+        no_tokenizer, no_special = self._vocab_problems
+        if no_tokenizer or (add_special and no_special):
+            raise InvalidModelError(no_tokenizer or no_special)
 
     @property
     def _vocab_ptr(self) -> Any:
@@ -250,6 +269,32 @@ class LlamaModel(NativeHandle):
     def __repr__(self) -> str:
         state = "closed" if self.closed else self.desc
         return f"<LlamaModel {self.path.name} {state}>"
+
+
+def _vocab_problems(vocab: Any, path: Path) -> tuple[str | None, str | None]:
+    """(why no text op works, why special tokens cannot be added): llama-vocab.cpp GGML_ASSERTs on both.
+
+    A model whose tokenizer is "none"/"no_vocab" has no tokenizer object (tokenize asserts, token_to_piece
+    aborts); tokenizing with add_special asserts that the BOS/EOS/SEP tokens the vocabulary adds exist.
+    """
+    kind = int(lib.llama_vocab_type(vocab))
+    if kind == lib.LLAMA_VOCAB_TYPE_NONE:
+        return f"{path.name} has no tokenizer (tokenizer.ggml.model none): it cannot tokenize or detokenize", None
+    null = lib.LLAMA_TOKEN_NULL
+    missing = []
+    if kind == lib.LLAMA_VOCAB_TYPE_WPM:
+        needed = [("BOS", lib.llama_vocab_bos(vocab)), ("SEP", lib.llama_vocab_sep(vocab))]
+    else:
+        needed = []
+        if lib.llama_vocab_get_add_bos(vocab):
+            needed.append(("BOS", lib.llama_vocab_bos(vocab)))
+        if lib.llama_vocab_get_add_eos(vocab):
+            needed.append(("EOS", lib.llama_vocab_eos(vocab)))
+    missing = [name for name, token in needed if token == null]
+    if missing:
+        return None, (f"{path.name}'s vocabulary adds {'/'.join(missing)} tokens but has none: "
+                      "tokenize with add_bos=False")
+    return None, None
 
 
 def _read_string(fill: Any, size: int = 256) -> str:
