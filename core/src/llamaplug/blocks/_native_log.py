@@ -24,7 +24,8 @@ _CONT = 5
 
 _state = {"level": logging.INFO, "pending": ""}
 _threshold = [logging.ERROR]
-_installed: list[bool] = []
+# Whether a level was chosen (explicitly, or from LLAMAPLUG_LOG at install): install() keeps it.
+_level_chosen = [False]
 
 
 def set_level(name: str | None) -> None:
@@ -32,7 +33,7 @@ def set_level(name: str | None) -> None:
     level = _LEVELS.get((name or os.environ.get("LLAMAPLUG_LOG") or "error").lower(), logging.ERROR)
     _threshold[0] = level
     if name:
-        _installed.append(True)
+        _level_chosen[0] = True
     if log.level == logging.NOTSET or log.level > level:
         log.setLevel(level)
 
@@ -87,9 +88,9 @@ def _llamaplug_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
 
 
 def install() -> None:
-    if not _installed:
+    if not _level_chosen[0]:
         set_level(None)  # LLAMAPLUG_LOG; a level set before (LlamaParams.log_level) stays
-    _installed.append(True)
+        _level_chosen[0] = True
     lib.llama_log_set(lib._llamaplug_log_cb, ffi.NULL)
     atexit.register(_uninstall)
 
