@@ -161,3 +161,31 @@ def test_sampler_chain_composes(llama):
     assert len(chain) == 7
     with pytest.raises(lp.InvalidParameterError):
         lp.SamplerChain().top_p(1.5)
+
+
+def test_greedy_fast_path_picks_what_llama_cpp_greedy_picks(llama):
+    # The greedy chain skips llama_sampler_sample (argmax over the logits view); compare it
+    # with llama.cpp's own greedy sampler on every output of a real batch, then on ties.
+    ctx, model = llama.context, llama.model
+    tokens = model.tokenize("The capital of France is Paris, and the capital of Italy is", True, False)
+    batch = lp.LlamaBatch(len(tokens), 1)
+    batch.add_sequence(np.asarray(tokens), 0, True, 0)
+    ctx.clear_cache()
+    ctx.decode(batch)
+    native = raw.lib.llama_sampler_init_greedy()
+    try:
+        def reference(i: int) -> int:
+            return int(raw.lib.llama_sampler_sample(native, ctx._ptr, i))
+
+        picks = [lp.SamplerChain().greedy().sample(ctx, i) for i in range(len(tokens))]
+        assert picks == [reference(i) for i in range(len(tokens))]
+        assert len(set(picks)) > 3  # real, varied predictions, not one constant
+        assert lp.LlamaSampler.greedy().sample(ctx, -1) == reference(-1)
+        row = ctx.get_logits_ith(-1)  # a writable view of llama.cpp's buffer: make ties
+        row[:] = -1.0
+        row[[901, 77, 4000]] = 3.0
+        assert reference(-1) == 77
+        assert lp.SamplerChain().greedy().sample(ctx, -1) == 77
+    finally:
+        raw.lib.llama_sampler_free(native)
+        ctx.clear_cache()

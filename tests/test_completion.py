@@ -85,7 +85,7 @@ def test_timings(llama):
 def test_params_builders(smollm2_path):
     p = lp.LlamaParams(model_path=smollm2_path).with_n_ctx(1024).with_n_threads(2)
     assert (p.n_ctx, p.n_threads, p.flash_attn_type) == (1024, 2, lp.FlashAttnType.AUTO)
-    assert p.context_params().n_ctx == 1024 and p.model_params().n_gpu_layers == -1
+    assert p.context_params().n_ctx == 1024 and p.model_params().n_gpu_layers == "auto"
 
 
 def test_generate_seed_004(llama):

@@ -45,6 +45,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _layers(value: str) -> int | str:
+    return value if value in ("auto", "all") else int(value)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .blocks.sampling import SamplerChain
     from .catalog import default_model
@@ -52,7 +56,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .params import LlamaParams, SamplerParams
 
     path = args.model or default_model(args.catalog)
-    extra = {"n_threads": args.threads} if args.threads else {}
+    extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
+    if args.devices:
+        extra["devices"] = [] if args.devices == ["none"] else args.devices
     llama = Llama.load(LlamaParams(model_path=path, n_ctx=args.ctx_size, log_level=args.log, rpc_servers=args.rpc,
                                    n_gpu_layers=args.n_gpu_layers, **extra))
     sampling = SamplerParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
@@ -115,7 +121,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--log", choices=["debug", "info", "warning", "error", "none"])
     run.add_argument("--no-timings", dest="timings", action="store_false")
     run.add_argument("--rpc", action="append", default=[], help="RPC server host:port (repeatable)")
-    run.add_argument("-ngl", "--n-gpu-layers", type=int, default=-1)
+    run.add_argument("-ngl", "--n-gpu-layers", type=_layers, default="auto", help='"auto" (fit to free memory), '
+                     '"all" or a count')
+    run.add_argument("-dev", "--device", dest="devices", action="append",
+                     help="offload to this device (repeatable; see `llamaplug info`); 'none' = CPU only")
     run.set_defaults(func=cmd_run)
     rpc = sub.add_parser("rpc-server", help="serve this machine's devices to other llamaplug processes (RPC)")
     rpc.add_argument("--host", default="127.0.0.1", help="default loopback; RPC has no authentication")

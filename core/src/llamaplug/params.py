@@ -150,14 +150,35 @@ def _as_invalid(exc: ValidationError, owner: str) -> InvalidParameterError:
 class ModelParams(Params):
     """How a model is loaded (llama_model_params)."""
 
-    n_gpu_layers: int = Field(-1, ge=-1, description="layers on the GPU; -1 = all that the backend takes")
+    n_gpu_layers: int | Literal["auto", "all"] = Field(
+        "auto", description='layers on GPUs: "auto" (llama.cpp\'s fitting to free device memory, as its CLI), '
+                            '"all", or a count (-1 = all)')
     split_mode: SplitMode = SplitMode.LAYER
     main_gpu: int = Field(0, ge=0)
     tensor_split: list[float] | None = None
+    devices: list[str] | None = Field(None, description="devices to offload to, by name (None = all GPUs; [] = none)")
+    fit_target_mib: list[int] = Field(default_factory=lambda: [1024],
+                                      description='"auto": memory to leave free per device (the last repeats)')
+    fit_min_ctx: int = Field(4096, ge=0, description='"auto" with n_ctx=0: the smallest context it may choose')
     use_mmap: bool | None = Field(None, description="None = llama.cpp decides (mmap where supported)")
     use_mlock: bool = False
     vocab_only: bool = False
     check_tensors: bool = False
+
+    @field_validator("n_gpu_layers")
+    @classmethod
+    def _layers(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < -1:
+            raise ValueError('n_gpu_layers must be >= -1, "auto" or "all"')
+        return value
+
+    @field_validator("fit_target_mib", mode="before")
+    @classmethod
+    def _targets(cls, value: Any) -> Any:
+        value = [value] if isinstance(value, int) else value
+        if isinstance(value, list) and (not value or any(isinstance(v, int) and v < 0 for v in value)):
+            raise ValueError("fit_target_mib needs one or more sizes >= 0 (MiB)")
+        return value
 
     @field_validator("tensor_split")
     @classmethod

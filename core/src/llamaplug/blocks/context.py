@@ -155,6 +155,31 @@ def _check_threads(n_threads: int, n_threads_batch: int | None) -> None:
                                         field=name)
 
 
+def context_c_params(p: ContextParams) -> Any:
+    """llama_context_params for p, checked where llama.cpp would misbehave."""
+    c = lib.llama_context_default_params()
+    max_seq = int(lib.llama_max_parallel_sequences())
+    if p.n_seq_max > max_seq:
+        raise InvalidParameterError(f"n_seq_max={p.n_seq_max} exceeds llama.cpp's limit of {max_seq}",
+                                    field="n_seq_max")
+    if p.n_ctx > 0x7FFFFFFF:
+        raise InvalidParameterError(f"n_ctx={p.n_ctx} is not a valid context size", field="n_ctx")
+    for name in ("n_batch", "n_ubatch", "yarn_orig_ctx"):  # uint32 in C: cffi would raise OverflowError
+        if getattr(p, name) > 0x7FFFFFFF:
+            raise InvalidParameterError(f"{name}={getattr(p, name)} is too large", field=name)
+    _check_threads(p.n_threads, p.n_threads_batch)
+    for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "n_threads", "yarn_ext_factor",
+                 "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "defrag_thold",
+                 "rope_freq_base", "rope_freq_scale", "embeddings", "offload_kqv", "no_perf", "op_offload",
+                 "swa_full", "kv_unified"):
+        setattr(c, name, getattr(p, name))
+    c.n_threads_batch = p.n_threads_batch or p.n_threads
+    c.abort_callback = lib.llamaplug_abort_on_interrupt
+    for name in ("rope_scaling_type", "pooling_type", "attention_type", "flash_attn_type", "type_k", "type_v"):
+        setattr(c, name, int(getattr(p, name)))
+    return c
+
+
 class LlamaContext(NativeHandle):
     """A context on `model`; closed automatically when the model is closed."""
 
@@ -162,8 +187,8 @@ class LlamaContext(NativeHandle):
 
     def __init__(self, model: LlamaModel, params: ContextParams | None = None):
         self.params = params = params or ContextParams()
-        c = lib.llama_context_default_params()
-        self._fill(c, params, model)
+        c = context_c_params(params)
+        _check_fits(params, model)
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_init_from_model(model._ptr, c)
         if ptr == ffi.NULL:
@@ -185,29 +210,6 @@ class LlamaContext(NativeHandle):
         from ..plugins import pm
 
         pm.hook.llamaplug_context_created(context=self)
-
-    @staticmethod
-    def _fill(c: Any, p: ContextParams, model: LlamaModel) -> None:
-        max_seq = int(lib.llama_max_parallel_sequences())
-        if p.n_seq_max > max_seq:
-            raise InvalidParameterError(f"n_seq_max={p.n_seq_max} exceeds llama.cpp's limit of {max_seq}",
-                                        field="n_seq_max")
-        if p.n_ctx > 0x7FFFFFFF:
-            raise InvalidParameterError(f"n_ctx={p.n_ctx} is not a valid context size", field="n_ctx")
-        for name in ("n_batch", "n_ubatch", "yarn_orig_ctx"):  # uint32 in C: cffi would raise OverflowError
-            if getattr(p, name) > 0x7FFFFFFF:
-                raise InvalidParameterError(f"{name}={getattr(p, name)} is too large", field=name)
-        _check_threads(p.n_threads, p.n_threads_batch)
-        _check_fits(p, model)
-        for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "n_threads", "yarn_ext_factor",
-                     "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "defrag_thold",
-                     "rope_freq_base", "rope_freq_scale", "embeddings", "offload_kqv", "no_perf", "op_offload",
-                     "swa_full", "kv_unified"):
-            setattr(c, name, getattr(p, name))
-        c.n_threads_batch = p.n_threads_batch or p.n_threads
-        c.abort_callback = lib.llamaplug_abort_on_interrupt
-        for name in ("rope_scaling_type", "pooling_type", "attention_type", "flash_attn_type", "type_k", "type_v"):
-            setattr(c, name, int(getattr(p, name)))
 
     # -- sizes ---------------------------------------------------------------
     @property

@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendNotInitialisedError, InvalidModelError, InvalidParameterError, InvalidTokenError
-from ..params import ModelParams
+from ..params import ContextParams, ModelParams
 from ..raw import ffi, lib
-from . import _native_log
+from . import _native_log, fitting
 from ._handle import NativeHandle
 from .backend import LlamaBackend
+from .fitting import FitResult
 from .gguf_header import TENSOR_ALIGNMENT, inspect_model
 
 
@@ -30,12 +31,24 @@ def encode_text(text: str, what: str = "text") -> bytes:
         ) from None
 
 
+def _offload_device(name: str) -> Any:
+    dev = lib.ggml_backend_dev_by_name(name.encode()) if isinstance(name, str) else ffi.NULL
+    if dev == ffi.NULL or lib.ggml_backend_dev_type(dev) == lib.GGML_BACKEND_DEVICE_TYPE_CPU:
+        usable = [d.name for d in LlamaBackend.init().devices() if d.type != "cpu"]
+        why = "the CPU is always used; devices lists where to offload" if dev != ffi.NULL else "no such device"
+        raise InvalidParameterError(f"devices: {name!r}: {why} (offload devices here: {usable or 'none'})",
+                                    field="devices")
+    return dev
+
+
 class LlamaModel(NativeHandle):
     """A loaded model. Outlives its contexts: closing it closes them first."""
 
     _what = "model"
 
-    def __init__(self, path: str | os.PathLike[str], params: ModelParams | None = None):
+    def __init__(self, path: str | os.PathLike[str], params: ModelParams | None = None,
+                 context: ContextParams | None = None):
+        """Load `path`. With n_gpu_layers="auto", `context` is the context the fit makes room for."""
         if not LlamaBackend.initialised():
             raise BackendNotInitialisedError(
                 "call LlamaBackend.init() before loading a model (Llama.load does it for you)"
@@ -53,6 +66,14 @@ class LlamaModel(NativeHandle):
                     f"cannot mmap {self.path}: its tensor data starts at file offset {header.data_offset}, "
                     f"not a multiple of {TENSOR_ALIGNMENT} bytes; load it with use_mmap=False")
             c_params.load_mode = 2 if self.params.use_mlock else 0  # MLOCK / NONE: auto means no mmap here
+        self.fit: FitResult | None = None
+        context = context or ContextParams()
+        if fitting.wanted(self.params, context):
+            from .context import context_c_params
+
+            self.fit, buffers = fitting.fit(str(self.path), c_params, context_c_params(context),
+                                            self.params.fit_target_mib, self.params.fit_min_ctx)
+            keep_alive += buffers
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_model_load_from_file(str(self.path).encode(), c_params)
         del keep_alive
@@ -72,7 +93,8 @@ class LlamaModel(NativeHandle):
     @staticmethod
     def _c_params(params: ModelParams) -> tuple[Any, list[Any]]:
         c = lib.llama_model_default_params()
-        c.n_gpu_layers = params.n_gpu_layers
+        # "auto" leaves llama.cpp's default (-1) for the fit to lower; "all" and -1 mean every layer.
+        c.n_gpu_layers = -1 if isinstance(params.n_gpu_layers, str) else params.n_gpu_layers
         c.split_mode = int(params.split_mode)
         c.main_gpu = params.main_gpu
         c.load_mode = params.load_mode
@@ -90,6 +112,10 @@ class LlamaModel(NativeHandle):
             split[0:len(params.tensor_split)] = params.tensor_split
             c.tensor_split = split
             keep.append(split)
+        if params.devices is not None:
+            chosen = ffi.new("ggml_backend_dev_t[]", [_offload_device(name) for name in params.devices] + [ffi.NULL])
+            c.devices = chosen
+            keep.append(chosen)
         return c, keep
 
     # -- tokens ------------------------------------------------------------

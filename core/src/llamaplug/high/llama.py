@@ -14,7 +14,7 @@ from ..blocks.context import LlamaContext
 from ..blocks.model import LlamaModel
 from ..blocks.sampling import LlamaSampler, SamplerChain
 from ..errors import ContextOverflowError, InvalidParameterError
-from ..params import LlamaParams
+from ..params import ContextParams, LlamaParams
 from .completion import (
     Completion,
     CompletionChunk,
@@ -42,9 +42,13 @@ class Llama:
         backend = LlamaBackend.init(params.backends)
         for endpoint in params.rpc_servers:
             backend.add_rpc_server(endpoint)
-        model = LlamaModel(params.model_path, params.model_params())
+        context_params = params.context_params()
+        model = LlamaModel(params.model_path, params.model_params(), context_params)
+        if model.fit is not None and params.n_ctx == 0 and model.fit.n_ctx:
+            # The fit sized the context that n_ctx=0 left to it (as llama-cli does).
+            context_params = ContextParams(**{**context_params.model_dump(), "n_ctx": model.fit.n_ctx})
         try:
-            context = LlamaContext(model, params.context_params())
+            context = LlamaContext(model, context_params)
         except BaseException:
             model.close()
             raise

@@ -49,10 +49,16 @@ static void llamaplug_log_discard(enum ggml_log_level, const char *, void *);
 static int llamaplug_install_sigint(void);
 static bool llamaplug_abort_on_interrupt(void *);
 static int llamaplug_take_interrupt(void);
+int llamaplug_fit_params(const char *, struct llama_model_params *, struct llama_context_params *, float *,
+                         struct llama_model_tensor_buft_override *, size_t *, uint32_t);
 """
 C_HELPERS_SOURCE = """
 #include "ggml-cpu.h"
 #include <signal.h>
+
+/* core/native/fit_shim.cpp, in libllamaplug-fit: llama.cpp's common/fit.cpp behind one C function. */
+int llamaplug_fit_params(const char *, struct llama_model_params *, struct llama_context_params *, float *,
+                         struct llama_model_tensor_buft_override *, size_t *, uint32_t);
 
 static void llamaplug_log_discard(enum ggml_log_level level, const char * text, void * user_data) {
     (void) level; (void) text; (void) user_data;
