@@ -7,7 +7,7 @@ PROMPT ?= The capital of France is
 export LLAMAPLUG_CPU_VARIANTS ?= host
 PIP_INSTALL := $(BIN)/python -m pip install -q --no-build-isolation
 
-.PHONY: run test build model sysdeps bench lint wheels native clean
+.PHONY: run test build model sysdeps bench lint wheels native clean cuda cuda-wheel
 
 run: build model
 	$(BIN)/llamaplug info
@@ -45,6 +45,15 @@ lint: $(BIN)/tox
 
 wheels: sysdeps $(BIN)/tox
 	LLAMAPLUG_CPU_VARIANTS=all $(BIN)/python -m pip wheel --no-build-isolation --no-deps -w dist ./core ./plugins/backend_cpu
+
+# The CUDA plugin (needs nvcc from CUDA 13; not part of `make build`: about an hour on 2 cores).
+cuda: build
+	$(BIN)/python -m pip install -q 'nvidia-cublas>=13,<14' 'nvidia-cuda-runtime>=13,<14'
+	$(PIP_INSTALL) ./plugins/backend_cuda
+
+cuda-wheel: $(BIN)/tox
+	$(BIN)/python -m pip install -q 'nvidia-cublas>=13,<14'
+	$(BIN)/python -m pip wheel --no-build-isolation --no-deps -w dist ./plugins/backend_cuda
 
 clean:
 	rm -rf $(VENV) .tox core/build plugins/*/build dist

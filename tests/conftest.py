@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,31 @@ def run_isolated(code: str, timeout: float = 120) -> subprocess.CompletedProcess
     """Run code in a fresh interpreter, so a crash fails the test instead of killing pytest."""
     env = dict(os.environ, PYTHONFAULTHANDLER="1")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def rpc_server():
+    """A `llamaplug rpc-server` on loopback (the CPU of this machine as a remote device)."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "rpc-server", "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert server.poll() is None, server.stdout.read()
+            time.sleep(0.2)
+    else:
+        server.kill()
+        pytest.fail("RPC server did not start listening")
+    yield f"127.0.0.1:{port}"
+    server.terminate()
+    server.wait(timeout=30)

@@ -4,42 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 PROMPT = "The capital of France is"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def rpc_server():
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "rpc-server", "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert server.poll() is None, server.stdout.read()
-            time.sleep(0.2)
-    else:
-        server.kill()
-        pytest.fail("RPC server did not start listening")
-    yield f"127.0.0.1:{port}"
-    server.terminate()
-    server.wait(timeout=30)
 
 
 def generate(model: str, rpc: list[str]) -> dict:

@@ -165,12 +165,13 @@ class ModelParams(Params):
     vocab_only: bool = False
     check_tensors: bool = False
 
-    @field_validator("n_gpu_layers")
+    @field_validator("n_gpu_layers", mode="before")
     @classmethod
-    def _layers(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < -1:
-            raise ValueError('n_gpu_layers must be >= -1, "auto" or "all"')
-        return value
+    def _layers(cls, value: Any) -> Any:
+        # Checked before the union, so an error names the field, not one of the union's members.
+        if value in ("auto", "all") or (isinstance(value, int) and not isinstance(value, bool) and value >= -1):
+            return value
+        raise ValueError(f'n_gpu_layers must be "auto", "all" or a layer count >= -1 (-1 = all), got {value!r}')
 
     @field_validator("fit_target_mib", mode="before")
     @classmethod

@@ -24,6 +24,7 @@ from ..params import ContextParams, SamplerParams
 from ..raw import ffi, lib
 from . import _native_log
 from ._handle import NativeHandle
+from ._threadpool import ThreadPools
 from .batch import LlamaBatch
 from .model import LlamaModel, _read_string
 
@@ -197,7 +198,14 @@ class LlamaContext(NativeHandle):
                 f"n_batch={params.n_batch}, n_seq_max={params.n_seq_max} for {model.path.name}: "
                 f"{'; '.join(errors[-3:]) or 'llama.cpp gave no reason'} (lower n_ctx or n_batch)"
             )
-        self._adopt(ptr, lib.llama_free)
+        self._pools = pools = ThreadPools(c.n_threads, c.n_threads_batch)
+        pools.attach(ptr)
+
+        def free(raw: Any) -> None:
+            lib.llama_free(raw)
+            pools.free()
+
+        self._adopt(ptr, free)
         model._dependents.add(self)
         self.model = model
         self._mem = lib.llama_get_memory(ptr)
@@ -232,6 +240,7 @@ class LlamaContext(NativeHandle):
         if n_threads < 1 or (n_threads_batch is not None and n_threads_batch < 1):
             raise InvalidParameterError("thread counts must be >= 1", field="n_threads")
         _check_threads(n_threads, n_threads_batch)
+        self._pools.resize(self._ptr, n_threads, n_threads_batch or n_threads)
         lib.llama_set_n_threads(self._ptr, n_threads, n_threads_batch or n_threads)
 
     # -- forward pass --------------------------------------------------------
