@@ -94,39 +94,18 @@ def main() -> None:
     pp_tokens = fit(llama.tokenize(PP_TEXT), w.pp, "prompt-processing")
     out["digests"] = {"pp": token_digest(pp_tokens), "tg": token_digest(tg_tokens)}
 
+    from llamaplug.bench import batched_rates, complete_greedy, generation_rate, prompt_rate
+
     def complete(tokens: list[int], n: int) -> lp.Completion:
-        with lp.SamplerChain().greedy() as sampler:
-            return llama.create_completion(tokens, max_tokens=n, sampler=sampler)
+        return complete_greedy(llama, tokens, n)
 
     if w.warmup:  # llama-bench warms up each test with one run; so do we
         complete(pp_tokens, 1)
         complete(tg_tokens, 4)
     out["hwm_after_warmup_mib"] = mib(status_kb("VmHWM"))
-
-    # -- prompt processing through create_completion: the prompt part of Completion.timings
-    pp_runs = []
-    for _ in range(w.inner):
-        with Timer() as wall:
-            c = complete(pp_tokens, 1)
-        pp_runs.append((c.timings.prompt_ms, wall.ms))
-    prompt_ms, wall_ms = min(pp_runs)
-    out["pp"] = {"tokens": len(pp_tokens), "prompt_ms": prompt_ms, "wall_ms": wall_ms,
-                 "tps": 1e3 * len(pp_tokens) / prompt_ms, "samples_ms": [r[0] for r in pp_runs]}
-
-    # -- generation through create_completion (greedy): the generation part of Completion.timings
-    tg_runs = []
-    for _ in range(w.inner):
-        with Timer() as wall:
-            c = complete(tg_tokens, w.tg)
-        tg_runs.append((c.timings.predicted_ms, wall.ms, c))
-    predicted_ms, wall_ms, c = min(tg_runs, key=lambda r: r[0])
-    n_c = c.timings.predicted_tokens
-    # n tokens are n samples but n - 1 decodes (the last token is not fed back), while llama-bench's
-    # tg times n decodes: "tps" counts the n - 1 full decode+sample cycles, like with like.
-    out["tg"] = {"tokens": n_c, "predicted_ms": predicted_ms, "wall_ms": wall_ms,
-                 "tps_reported": c.timings.predicted_per_second,
-                 "tps": 1e3 * (n_c - 1) / predicted_ms if n_c > 1 else 0.0,
-                 "samples_ms": [r[0] for r in tg_runs], "text_head": c.text[:40]}
+    # The same measurements as `llamaplug bench`: through create_completion, fastest of w.inner.
+    out["pp"] = prompt_rate(llama, pp_tokens, w.inner)
+    out["tg"] = generation_rate(llama, tg_tokens, w.tg, w.inner)
 
     # The same again with llama_decode timed (a shim around the module's cffi lib): the Python
     # overhead is the generation time not spent inside llama_decode. Kept out of the tps runs.
@@ -206,42 +185,10 @@ def main() -> None:
 
     # -- batched: n sequences in one context, one decode per step for all of them
     if w.batch_npl:
-        n_seq = max(w.batch_npl)
-        bctx = lp.LlamaContext(model, lp.ContextParams(n_ctx=w.batch_n_ctx, n_seq_max=n_seq,
-                                                       n_threads=w.threads, n_threads_batch=w.threads))
-        prompts = [fit(model.tokenize(count_text(100 * s + 1)), w.batch_npp, "batched") for s in range(n_seq)]
+        prompts = [fit(model.tokenize(count_text(100 * s + 1)), w.batch_npp, "batched")
+                   for s in range(max(w.batch_npl))]
         out["digests"]["batch"] = token_digest([t for p in prompts for t in p])
-        warm = lp.LlamaBatch(16, 1)  # llama-batched-bench's warm-up: 16 tokens of sequence 0
-        warm.add_sequence((prompts[0] * 16)[:16], 0)
-        bctx.decode(warm)
-        rows = []
-        for npl in w.batch_npl:
-            bctx.clear_cache()
-            samplers = [lp.SamplerChain().greedy() for _ in range(npl)]
-            prefill = lp.LlamaBatch(npl * w.batch_npp, 1)
-            step = lp.LlamaBatch(npl, 1)
-            t0 = time.perf_counter()
-            for j in range(npl):
-                prefill.add_sequence(prompts[j], j, False, 0)
-            bctx.decode(prefill)
-            t1 = time.perf_counter()
-            idx = [(j + 1) * w.batch_npp - 1 for j in range(npl)]
-            pos = w.batch_npp
-            for _ in range(w.batch_ntg):
-                step.clear()
-                for j in range(npl):
-                    step.add(samplers[j].sample(bctx, idx[j]), pos, j, True)
-                bctx.decode(step)
-                idx = list(range(npl))
-                pos += 1
-            t2 = time.perf_counter()
-            for s in samplers:
-                s.close()
-            gen = npl * w.batch_ntg
-            rows.append({"npl": npl, "pp_ms": (t1 - t0) * 1e3, "tg_ms": (t2 - t1) * 1e3,
-                         "tg_tps": gen / (t2 - t1), "gen_tps": gen / (t2 - t0)})
-        out["batched"] = rows
-        bctx.close()
+        out["batched"] = batched_rates(model, prompts, list(w.batch_npl), w.batch_ntg, w.batch_n_ctx, w.threads)
     out["hwm_end_mib"] = mib(status_kb("VmHWM"))
     llama.close()
     emit(out)

@@ -221,3 +221,22 @@ def test_batch_one_decodes(ctx, prompts):
 
     ref = _alone(ctx, a)
     assert np.allclose(stepwise, ref, atol=ATOL), f"token-by-token differs by {_max_diff(stepwise, ref)}"
+
+
+def test_rejected_state_leaves_n_past_matching_the_cache(ctx, prompts):
+    # A state cut short passes the header check, then llama.cpp gives up part-way through the
+    # cache; n_past must follow what the cache holds then, not what it held before.
+    a, b = prompts
+    _alone(ctx, a)
+    state = ctx.state_get()
+    ctx.eval(b, ctx.n_past)
+    before = ctx.n_past
+    assert before == len(a) + len(b)
+    with pytest.raises(lp.StateError, match="rejected the state"):
+        ctx.state_set(state[: len(state) // 2])
+    assert ctx.n_past == ctx.kv_cache_seq_pos_max(0) + 1
+    with pytest.raises(lp.InvalidParameterError, match="no logits"):
+        ctx.get_logits_ith(-1)  # nothing decoded since: no stale logits
+    ctx.clear_cache()
+    ctx.eval(a, 0)  # the context still works
+    assert ctx.n_past == len(a)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+import llamaplug as lp
 
 
 def child(code: str, env: dict[str, str] | None = None, path: str | None = None) -> subprocess.CompletedProcess:
@@ -110,6 +113,22 @@ def test_cli_run_streams_default_model(llama):
     expected = llama.create_completion(prompt, max_tokens=16).text
     assert r.stdout == prompt + expected + "\n"
     assert "[max_tokens]" in r.stderr
+
+
+def test_cli_bench_measures_what_it_says(llama, smollm2_path):
+    r = subprocess.run([sys.executable, "-m", "llamaplug.cli", "bench", "-m", str(smollm2_path), "-t", "2",
+                        "--pp", "64", "--tg", "8", "--batched", "1,2", "--inner", "1", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["threads"] == 2 and "cpu" in result["backends"]
+    assert result["pp"]["tokens"] == 64 and result["pp"]["tps"] > 0
+    assert result["tg"]["tokens"] == 8 and result["tg"]["tps"] > 0
+    # the generation it timed is the real greedy continuation of its prompt
+    expected = llama.create_completion("1, 2, 3, 4, 5, 6, 7, 8,", max_tokens=8, sampler=lp.SamplerChain().greedy())
+    assert result["tg"]["text_head"] == expected.text[:40]
+    assert [row["npl"] for row in result["batched"]] == [1, 2]
+    assert all(row["tg_tps"] > 0 for row in result["batched"])
 
 
 def test_cli_reports_errors_without_traceback(tmp_path):

@@ -76,7 +76,7 @@ def test_probe_names_cpu_type_devices_and_the_variable(vulkan_plugin, lavapipe):
         assert verdict["devices"], verdict
         return
     assert "llvmpipe" in verdict["reason"] and "(CPU)" in verdict["reason"], verdict
-    assert f"GGML_VK_VISIBLE_DEVICES={lavapipe} makes them visible" in verdict["reason"], verdict
+    assert f"GGML_VK_VISIBLE_DEVICES={lavapipe} makes ggml-vulkan use them" in verdict["reason"], verdict
 
 
 def test_lavapipe_layers_agree_with_cpu(vulkan_plugin, lavapipe, smollm2_path, tmp_path):

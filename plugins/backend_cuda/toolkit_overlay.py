@@ -37,8 +37,12 @@ def toolkit_root() -> Path:
     sys.exit("toolkit_overlay: no CUDA toolkit found (set CUDA_HOME to the folder holding bin/nvcc)")
 
 
-def cublas_files() -> tuple[Path, Path]:
-    """The lib and include folders of the installed nvidia-cublas wheel (or the toolkit's own)."""
+def cublas_files(out: Path) -> tuple[Path, Path]:
+    """The nvidia-cublas wheel's lib folder, and an include folder holding only its headers.
+
+    Only cuBLAS's own: other nvidia-* wheels share that include folder, and a newer
+    runtime's headers there would not match this nvcc.
+    """
     try:
         dist = importlib.metadata.distribution("nvidia-cublas")
     except importlib.metadata.PackageNotFoundError:
@@ -48,9 +52,14 @@ def cublas_files() -> tuple[Path, Path]:
                 if re.fullmatch(r"libcublas\.so\.\d+", Path(f).name)), None)
     if lib is None:
         sys.exit("toolkit_overlay: the nvidia-cublas wheel holds no libcublas.so.<N>")
-    include = lib.parent / "include"
+    include = out / "include"
+    shutil.rmtree(include, ignore_errors=True)
+    include.mkdir(parents=True)
+    for f in dist.files or []:
+        if f.suffix == ".h" and "include" in f.parts:
+            (include / f.name).symlink_to(Path(dist.locate_file(f)))
     if not (include / "cublas_v2.h").exists():
-        sys.exit(f"toolkit_overlay: no cublas_v2.h in {include}")
+        sys.exit(f"toolkit_overlay: the nvidia-cublas wheel holds no cublas_v2.h ({dist.locate_file('')})")
     return lib, include
 
 
@@ -96,7 +105,7 @@ def main() -> None:
     out: Path = args.out
     (out / "lib").mkdir(parents=True, exist_ok=True)
     root = toolkit_root()
-    lib, include = cublas_files()
+    lib, include = cublas_files(out)
     libs = link_unversioned(lib, out)
     settings = {
         "CUDAToolkit_ROOT": root,

@@ -131,6 +131,9 @@ def parser() -> argparse.ArgumentParser:
     rpc.add_argument("--port", type=int, default=50052)
     rpc.add_argument("-t", "--threads", type=int, default=0)
     rpc.set_defaults(func=cmd_rpc_server)
+    from .bench import add_parser
+
+    add_parser(sub)
     return p
 
 

@@ -448,9 +448,15 @@ class LlamaContext(NativeHandle):
         with _native_log.capture_errors() as errors:
             read = lib.llama_state_set_data(self._ptr, ffi.from_buffer("uint8_t[]", data), len(data))
         if read == 0:
+            self._resync()  # llama.cpp may have cleared or half-written the cache before it gave up
             raise StateError(f"llama.cpp rejected the state ({len(data)} bytes): {'; '.join(errors) or 'no reason'}")
         self.n_past = self.kv_cache_seq_pos_max(0) + 1 if n_past is None else n_past
         self._outputs = np.zeros(0, dtype=np.int8)  # llama.cpp does not restore logits: decode first
+
+    def _resync(self) -> None:
+        """n_past from what the cache holds now; no logits until the next decode."""
+        self.n_past = self.kv_cache_seq_pos_max(0) + 1
+        self._outputs = np.zeros(0, dtype=np.int8)
 
     def state_save_file(self, path: str | os.PathLike[str], tokens: Any = ()) -> Path:
         target = Path(path)
@@ -472,6 +478,7 @@ class LlamaContext(NativeHandle):
         with _native_log.capture_errors() as errors:
             ok = lib.llama_state_load_file(self._ptr, str(source).encode(), tokens, capacity, n)
         if not ok:
+            self._resync()
             raise StateError(f"could not load state from {source}: {'; '.join(errors) or 'no reason given'}")
         self.n_past = int(n[0])
         return ffi.unpack(tokens, int(n[0]))

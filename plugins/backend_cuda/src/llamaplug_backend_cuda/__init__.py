@@ -18,4 +18,10 @@ def llamaplug_register_backends(register):
     from . import _build_info  # written by the build
 
     register(module_backend(name="cuda", distribution="llamaplug-backend-cuda", priority=100, lib_dir=LIB,
-                            build_info=_build_info, check=lambda: isolated(__name__ + ".probe", "probe")))
+                            build_info=_build_info, check=lambda: _check(_build_info)))
+
+
+def _check(build_info) -> dict:
+    # The variant (vmm / no-vmm) and the compiled architectures show in `llamaplug info`.
+    variant = f"{getattr(build_info, 'CUDA_VARIANT', '?')}, {getattr(build_info, 'CUDA_ARCHITECTURES', '?')}"
+    return {**isolated(__name__ + ".probe", "probe"), "variant": variant}
