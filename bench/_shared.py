@@ -44,6 +44,7 @@ class Workload:
     batch_n_ctx: int = 2048  # context for the batched test (n_seq_max = max(npl))
     inner: int = 3  # pp/tg runs per round and process; the round keeps the fastest (contention only slows)
     warmup: bool = True
+    backend: str = "cpu"  # llamaplug backend plugin; a GPU one offloads every layer (native: -ngl 99)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -87,8 +87,9 @@ def fail(what: str, child: Child) -> RuntimeError:
 # -- the three implementations ------------------------------------------------------
 def native_round(bin_dir: Path, model: Path, w: Workload) -> dict[str, Any]:
     t = str(w.threads)
+    ngl = ["-ngl", "99" if w.backend != "cpu" else "0"]
     out: dict[str, Any] = {"impl": "native"}
-    c = run_child([str(bin_dir / "llama-bench"), "-m", str(model), "-t", t, "-r", str(w.inner),
+    c = run_child([str(bin_dir / "llama-bench"), "-m", str(model), "-t", t, "-r", str(w.inner), *ngl,
                    "-p", str(w.pp), "-n", str(w.tg), "-o", "json"])
     if c.rc:
         raise fail("llama-bench", c)
@@ -99,7 +100,7 @@ def native_round(bin_dir: Path, model: Path, w: Workload) -> dict[str, Any]:
             out[key] = {"tokens": w.pp if key == "pp" else w.tg, "tps": max(row["samples_ts"]),
                         "tps_mean": row["avg_ts"], "samples": row["samples_ts"]}
     if w.batch_npl:
-        c = run_child([str(bin_dir / "llama-batched-bench"), "-m", str(model), "-t", t, "-c", str(w.batch_n_ctx),
+        c = run_child([str(bin_dir / "llama-batched-bench"), "-m", str(model), "-t", t, "-c", str(w.batch_n_ctx), *ngl,
                        "-npp", str(w.batch_npp), "-ntg", str(w.batch_ntg),
                        "-npl", ",".join(map(str, w.batch_npl)), "--output-format", "jsonl"])
         if c.rc:
@@ -112,7 +113,7 @@ def native_round(bin_dir: Path, model: Path, w: Workload) -> dict[str, Any]:
                 rows.append({"npl": r["pl"], "pp_ms": r["t_pp"] * 1e3, "tg_ms": r["t_tg"] * 1e3,
                              "tg_tps": gen / r["t_tg"], "gen_tps": gen / (r["t_pp"] + r["t_tg"])})
         out["batched"] = rows
-    c = run_child([str(bin_dir / "llama-completion"), "-m", str(model), "-t", t, "-c", str(w.n_ctx),
+    c = run_child([str(bin_dir / "llama-completion"), "-m", str(model), "-t", t, "-c", str(w.n_ctx), *ngl,
                    "-p", TG_TEXT, "-n", "1", "--temp", "0", "-no-cnv"])
     if c.rc:
         raise fail("llama-completion", c)
@@ -321,6 +322,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=None, help="interleaved rounds (default 3; --quick: 1)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 1 round, pp128/tg32, 16-token batched generation, peer only if installed")
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "vulkan"],
+                    help="llamaplug's backend plugin (a GPU one: every layer offloaded, native tools built for it, "
+                         "the peer skipped: its venv is a CPU build)")
     ap.add_argument("--no-peer", action="store_true", help="skip llama-cpp-python")
     ap.add_argument("--no-native", action="store_true", help="skip the native llama.cpp tools")
     ap.add_argument("--no-batched", action="store_true", help="skip the batched test")
@@ -329,7 +333,7 @@ def main() -> int:
     ap.add_argument("--out", help="result file (default bench/results/<host>-<date>[-quick].json)")
     a = ap.parse_args()
 
-    w = Workload(threads=a.threads, inner=max(1, a.inner))
+    w = Workload(threads=a.threads, inner=max(1, a.inner), backend=a.backend)
     if a.quick:
         w = dataclasses.replace(w, pp=128, tg=32, batch_ntg=16, inner=1)
     if a.no_batched:
@@ -341,7 +345,8 @@ def main() -> int:
     if a.no_native:
         skipped["native"] = "--no-native"
     else:
-        c = run_child([sys.executable, str(ROOT / "vendor" / "llama.cpp" / "native_tools.py")], timeout=3600)
+        c = run_child([sys.executable, str(ROOT / "vendor" / "llama.cpp" / "native_tools.py"), "--backend", a.backend],
+                      timeout=3600)
         if c.rc:
             skipped["native"] = f"native_tools.py failed: {c.stderr.strip().splitlines()[-1:]}"
         else:
@@ -349,6 +354,8 @@ def main() -> int:
     peer_python = None
     if a.no_peer:
         skipped["peer"] = "--no-peer"
+    elif a.backend != "cpu":
+        skipped["peer"] = f"the peer venv is a CPU build; --backend {a.backend} compares with native only"
     elif peer_env.is_installed():
         peer_python = str(peer_env.python())
     elif a.quick:

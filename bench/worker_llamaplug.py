@@ -69,7 +69,8 @@ def main() -> None:
     out["version"] = f"{lp.__version__} (llama.cpp {lp.LLAMA_CPP_COMMIT})"
     out["import_ms"] = t_import.ms
 
-    params = lp.LlamaParams(model_path, n_ctx=w.n_ctx, n_threads=w.threads, n_threads_batch=w.threads)
+    params = lp.LlamaParams(model_path, n_ctx=w.n_ctx, n_threads=w.threads, n_threads_batch=w.threads,
+                            backends=[w.backend], n_gpu_layers="all" if w.backend != "cpu" else "auto")
     with Timer() as t_backend:  # plugin discovery, probes, backend modules (Llama.load's first step)
         lp.LlamaBackend.init()
     with Timer() as t_load:

@@ -12,13 +12,15 @@ nvidia-cublas) lacks two things the pinned ggml-cuda build links against:
   module records the driver's real name and the driver's own library is the one
   loaded at run time.
 
-Writes <out>/overlay.cmake with the cache settings that point FindCUDAToolkit at them.
+Writes <out>/overlay.cmake (and the same as overlay.json) with the cache settings that
+point FindCUDAToolkit at them.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -118,6 +120,7 @@ def main() -> None:
         settings["CUDA_cuda_driver_LIBRARY"] = driver_stub(root, out, args.cc)
     lines = [f'set({key} "{value}" CACHE FILEPATH "" FORCE)\n' for key, value in settings.items()]
     (out / "overlay.cmake").write_text("# Written by toolkit_overlay.py.\n" + "".join(lines))
+    (out / "overlay.json").write_text(json.dumps({key: str(value) for key, value in settings.items()}))  # other builds
     print(out / "overlay.cmake")
 
 

@@ -8,6 +8,7 @@ variant; prints the bin/ directory.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -24,10 +25,29 @@ import variants  # noqa: E402
 TOOLS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-tokenize")
 
 
-def build(targets: tuple[str, ...] = TOOLS) -> Path:
+def gpu_flags(backend: str) -> list[str]:
+    """CMake flags for the tools' GPU backend (built for the GPUs of this machine)."""
+    if backend == "cpu":
+        return []
+    if backend == "vulkan":
+        return ["-DGGML_VULKAN=ON"]
+    if backend == "cuda":
+        # The same toolkit completion as the CUDA plugin's build (cuBLAS from its wheel, driver stub).
+        overlay = fetch.cache_root() / "native-cuda-overlay"
+        subprocess.run([sys.executable, str(HERE.parent.parent / "plugins" / "backend_cuda" / "toolkit_overlay.py"),
+                        "--out", str(overlay), "--driver-stub"], check=True, stdout=subprocess.DEVNULL)
+        settings = json.loads((overlay / "overlay.json").read_text())
+        include = f"-isystem {settings.pop('LLAMAPLUG_CUBLAS_INCLUDE')}"
+        return ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=native", f"-DCMAKE_CXX_FLAGS={include}",
+                f"-DCMAKE_CUDA_FLAGS={include}", *[f"-D{k}={v}" for k, v in settings.items()]]
+    raise SystemExit(f"native_tools: no recipe for backend {backend!r}")
+
+
+def build(targets: tuple[str, ...] = TOOLS, backend: str = "cpu") -> Path:
     tree = fetch.materialise()
     name = variants.best_variant(variants.cpu_flags())
-    build_dir = fetch.cache_root() / f"native-{fetch.tree_dir(fetch.read_pin()).name}-{name}"
+    suffix = "" if backend == "cpu" else f"-{backend}"
+    build_dir = fetch.cache_root() / f"native-{fetch.tree_dir(fetch.read_pin()).name}-{name}{suffix}"
     bin_dir = build_dir / "bin"
     if all((bin_dir / t).exists() for t in targets):
         return bin_dir
@@ -40,8 +60,8 @@ def build(targets: tuple[str, ...] = TOOLS) -> Path:
     subprocess.run([
         "cmake", "-S", str(tree), "-B", str(build_dir), *generator, "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_NATIVE=OFF", "-DGGML_CPU_ALL_VARIANTS=OFF",
-        *flags, *launcher, "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
-        "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_OPENSSL=OFF",
+        *flags, *gpu_flags(backend), *launcher, "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_OPENSSL=OFF",
     ], check=True, stdout=subprocess.DEVNULL)
     jobs = str(os.cpu_count() or 2)
     subprocess.run(["cmake", "--build", str(build_dir), "--target", *targets, "-j", jobs], check=True)
@@ -49,4 +69,8 @@ def build(targets: tuple[str, ...] = TOOLS) -> Path:
 
 
 if __name__ == "__main__":
-    print(build())
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "vulkan"])
+    print(build(backend=ap.parse_args().backend))
