@@ -423,6 +423,18 @@ def model_results(smollm2_path):
         seq_batch = lp.LlamaBatch(2, 1)
         seq_batch.add(1, 0, (3,), True)
         expect("batch_seq", "InvalidParameterError", lambda: ctx.decode(seq_batch))
+        # A token shared by two sequences: llama.cpp's per-sequence caches answer "no KV slot" (code 1).
+        coupled = lp.LlamaBatch(2, 2)
+        coupled.add(1, 0, (0, 1), False)
+        coupled.add(2, 1, (0, 1), True)
+        for unified in (False, True):
+            with lp.LlamaContext(model, lp.ContextParams(n_ctx=256, n_seq_max=2, n_threads={THREADS},
+                                                         kv_unified=unified)) as two:
+                if unified:
+                    two.decode(coupled)
+                    print("COUPLED_UNIFIED", two.kv_cache_seq_pos_max(0), two.kv_cache_seq_pos_max(1), flush=True)
+                else:
+                    expect("batch_coupled", "InvalidParameterError", lambda: two.decode(coupled))
 
         expect("surrogate_completion", "InvalidParameterError", lambda: llama.create_completion("Hi \\ud800 there"))
         expect("surrogate_tokenize", "InvalidParameterError", lambda: llama.tokenize("\\ud800"))
@@ -508,6 +520,12 @@ def test_kv_cache_seq_cp_bad_seq_id(model_results):
 
 def test_batch_seq_id_beyond_n_seq_max(model_results):
     check(model_results, "batch_seq", "InvalidParameterError", "seq_id 3", "n_seq_max", field="seq_id")
+
+
+def test_token_in_two_sequences_needs_a_unified_cache(model_results):
+    check(model_results, "batch_coupled", "InvalidParameterError", "token 0", "2 sequences", "kv_unified=True",
+          field="n_seq_id")
+    assert "COUPLED_UNIFIED 1 1" in model_results.stdout  # with one cache the same batch decodes
 
 
 def test_lone_surrogate_in_prompt(model_results):

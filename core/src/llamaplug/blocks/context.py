@@ -209,6 +209,7 @@ class LlamaContext(NativeHandle):
         model._dependents.add(self)
         self.model = model
         self._mem = lib.llama_get_memory(ptr)
+        self._recurrent = bool(lib.llama_model_is_recurrent(model._ptr) or lib.llama_model_is_hybrid(model._ptr))
         self.n_vocab = model.n_vocab
         self.n_past = 0
         self._one = LlamaBatch(1, 1)
@@ -259,6 +260,12 @@ class LlamaContext(NativeHandle):
             bad = int(np.flatnonzero((counts < 1) | (counts > batch.n_seq_max))[0])
             raise InvalidParameterError(f"token {bad} of the batch has n_seq_id={int(counts[bad])}, "
                                         f"not in 1..{batch.n_seq_max}", field="n_seq_id")
+        if counts.max() > 1 and not self.params.kv_unified and not self._recurrent:
+            # llama.cpp's per-sequence caches cannot split such a batch and report "no KV slot" (code 1).
+            bad = int(np.flatnonzero(counts > 1)[0])
+            raise InvalidParameterError(
+                f"token {bad} of the batch is in {int(counts[bad])} sequences: a token shared by sequences needs "
+                "one KV cache for all of them, ContextParams(kv_unified=True)", field="n_seq_id")
         seqs = batch.seq_ids[:n]
         used = np.arange(batch.n_seq_max) < batch.n_seq_id[:n, None]
         if used.any() and (seqs[used].min() < 0 or seqs[used].max() >= self.n_seq_max):
