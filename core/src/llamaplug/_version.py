@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("llamaplug")
-except PackageNotFoundError:  # running from a source tree
-    __version__ = "0+unknown"
-
-try:
+try:  # written by the build: importlib.metadata would cost 60 ms at `import llamaplug`
     from ._build_info import GGML_VERSION, LLAMA_CPP_COMMIT
+    from ._build_info import VERSION as __version__
 except ImportError:  # not built
     LLAMA_CPP_COMMIT = GGML_VERSION = "unknown"
+    __version__ = "0+unknown"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 from .errors import ModelNotFoundError
@@ -28,8 +27,10 @@ def file_in_distribution(dist_name: str, suffix: str) -> Callable[[], Path | Non
 
     def locate() -> Path | None:
         try:
-            dist = distribution(dist_name)
-        except PackageNotFoundError:
+            import importlib.metadata  # here, not at `import llamaplug` (60 ms)
+
+            dist = importlib.metadata.distribution(dist_name)
+        except importlib.metadata.PackageNotFoundError:
             return None
         for f in dist.files or []:
             if str(f).endswith(suffix):

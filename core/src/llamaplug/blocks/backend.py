@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -20,15 +21,18 @@ from . import _native_log
 
 log = logging.getLogger("llamaplug.backend")
 
-# A backend module's entry points, called without registering it (ABI mode: the
-# modules are loaded by path, not linked).
-_module_ffi = cffi.FFI()
-_module_ffi.cdef("int ggml_backend_score(void);")
+@functools.cache
+def _module_ffi() -> cffi.FFI:
+    """A backend module's entry points, called without registering it (ABI mode: the modules are
+    loaded by path, not linked). Built on first use: cdef needs pycparser, 30 ms at import."""
+    module_ffi = cffi.FFI()
+    module_ffi.cdef("int ggml_backend_score(void);")
+    return module_ffi
 
 
 def module_score(path: Path) -> int:
     """ggml's own score of a backend module for this machine (0: cannot run here)."""
-    handle = _module_ffi.dlopen(str(path))
+    handle = _module_ffi().dlopen(str(path))
     try:
         return int(handle.ggml_backend_score())
     except AttributeError:  # modules without variants have no score: they always run
