@@ -100,19 +100,22 @@ def native_round(bin_dir: Path, model: Path, w: Workload) -> dict[str, Any]:
             out[key] = {"tokens": w.pp if key == "pp" else w.tg, "tps": max(row["samples_ts"]),
                         "tps_mean": row["avg_ts"], "samples": row["samples_ts"]}
     if w.batch_npl:
-        c = run_child([str(bin_dir / "llama-batched-bench"), "-m", str(model), "-t", t, "-c", str(w.batch_n_ctx), *ngl,
-                       "-npp", str(w.batch_npp), "-ntg", str(w.batch_ntg),
-                       "-npl", ",".join(map(str, w.batch_npl)), "--output-format", "jsonl"])
-        if c.rc:
-            raise fail("llama-batched-bench", c)
-        rows = []
-        for line in c.stdout.splitlines():
-            if line.startswith("{"):
-                r = json.loads(line)
-                gen = r["pl"] * r["tg"]
-                rows.append({"npl": r["pl"], "pp_ms": r["t_pp"] * 1e3, "tg_ms": r["t_tg"] * 1e3,
-                             "tg_tps": gen / r["t_tg"], "gen_tps": gen / (r["t_pp"] + r["t_tg"])})
-        out["batched"] = rows
+        best: dict[int, dict[str, Any]] = {}
+        for _ in range(w.inner):  # the fastest of w.inner runs per npl, as llamaplug's batched_rates
+            c = run_child([str(bin_dir / "llama-batched-bench"), "-m", str(model), "-t", t, "-c",
+                           str(w.batch_n_ctx), *ngl, "-npp", str(w.batch_npp), "-ntg", str(w.batch_ntg),
+                           "-npl", ",".join(map(str, w.batch_npl)), "--output-format", "jsonl"])
+            if c.rc:
+                raise fail("llama-batched-bench", c)
+            for line in c.stdout.splitlines():
+                if line.startswith("{"):
+                    r = json.loads(line)
+                    gen = r["pl"] * r["tg"]
+                    row = {"npl": r["pl"], "pp_ms": r["t_pp"] * 1e3, "tg_ms": r["t_tg"] * 1e3,
+                           "tg_tps": gen / r["t_tg"], "gen_tps": gen / (r["t_pp"] + r["t_tg"])}
+                    if row["npl"] not in best or row["tg_tps"] > best[row["npl"]]["tg_tps"]:
+                        best[row["npl"]] = row
+        out["batched"] = [best[n] for n in sorted(best)]
     c = run_child([str(bin_dir / "llama-completion"), "-m", str(model), "-t", t, "-c", str(w.n_ctx), *ngl,
                    "-p", TG_TEXT, "-n", "1", "--temp", "0", "-no-cnv"])
     if c.rc:

@@ -189,7 +189,8 @@ def main() -> None:
         prompts = [fit(model.tokenize(count_text(100 * s + 1)), w.batch_npp, "batched")
                    for s in range(max(w.batch_npl))]
         out["digests"]["batch"] = token_digest([t for p in prompts for t in p])
-        out["batched"] = batched_rates(model, prompts, list(w.batch_npl), w.batch_ntg, w.batch_n_ctx, w.threads)
+        out["batched"] = batched_rates(model, prompts, list(w.batch_npl), w.batch_ntg, w.batch_n_ctx, w.threads,
+                                       w.inner)
     out["hwm_end_mib"] = mib(status_kb("VmHWM"))
     llama.close()
     emit(out)

@@ -81,13 +81,16 @@ def main() -> None:
         out["digests"]["batch"] = token_digest([t for p in prompts for t in p])
         rows = []
         for npl in w.batch_npl:
-            generated = 0
-            t0 = time.perf_counter()
-            for j in range(npl):
-                _, r = complete(prompts[j], w.batch_ntg)
-                generated += r["usage"]["completion_tokens"]
-            s = time.perf_counter() - t0
-            rows.append({"npl": npl, "total_ms": s * 1e3, "generated": generated, "gen_tps": generated / s})
+            runs = []
+            for _ in range(w.inner):  # the fastest of w.inner, as for llamaplug and native
+                generated = 0
+                t0 = time.perf_counter()
+                for j in range(npl):
+                    _, r = complete(prompts[j], w.batch_ntg)
+                    generated += r["usage"]["completion_tokens"]
+                s = time.perf_counter() - t0
+                runs.append({"npl": npl, "total_ms": s * 1e3, "generated": generated, "gen_tps": generated / s})
+            rows.append(max(runs, key=lambda row: row["gen_tps"]))
         out["batched"] = rows
     out["hwm_end_mib"] = mib(status_kb("VmHWM"))
     llm.close()

@@ -67,8 +67,11 @@ def generation_rate(llama: Llama, tokens: list[int], n: int, inner: int) -> dict
 
 
 def batched_rates(model: LlamaModel, prompts: list[list[int]], npl_list: list[int], n_gen: int, n_ctx: int,
-                  n_threads: int) -> list[dict[str, Any]]:
-    """For each npl: prefill npl prompts in one batch, then n_gen steps of one batch of npl tokens."""
+                  n_threads: int, inner: int = 1) -> list[dict[str, Any]]:
+    """For each npl: prefill npl prompts in one batch, then n_gen steps of one batch of npl tokens.
+
+    Each npl runs `inner` times; the fastest generation counts.
+    """
     n_seq = max(npl_list)
     with LlamaContext(model, ContextParams(n_ctx=n_ctx, n_seq_max=n_seq, n_threads=n_threads,
                                            n_threads_batch=n_threads)) as ctx:
@@ -76,7 +79,7 @@ def batched_rates(model: LlamaModel, prompts: list[list[int]], npl_list: list[in
         warm.add_sequence((prompts[0] * 16)[:16], 0)
         ctx.decode(warm)
         rows = []
-        for npl in npl_list:
+        for npl in [n for n in npl_list for _ in range(inner)]:
             ctx.clear_cache()
             samplers = [SamplerChain().greedy() for _ in range(npl)]
             n_prompt = len(prompts[0])
@@ -100,8 +103,13 @@ def batched_rates(model: LlamaModel, prompts: list[list[int]], npl_list: list[in
             for s in samplers:
                 s.close()
             gen = npl * n_gen
-            rows.append({"npl": npl, "pp_ms": (t1 - t0) * 1e3, "tg_ms": (t2 - t1) * 1e3,
-                         "tg_tps": gen / (t2 - t1), "gen_tps": gen / (t2 - t0)})
+            row = {"npl": npl, "pp_ms": (t1 - t0) * 1e3, "tg_ms": (t2 - t1) * 1e3,
+                   "tg_tps": gen / (t2 - t1), "gen_tps": gen / (t2 - t0)}
+            if rows and rows[-1]["npl"] == npl:
+                if row["tg_tps"] > rows[-1]["tg_tps"]:
+                    rows[-1] = row
+            else:
+                rows.append(row)
         return rows
 
 
@@ -130,7 +138,7 @@ def main(args: argparse.Namespace) -> int:
             npl = [int(x) for x in args.batched.split(",")]
             prompts = [llama.tokenize(", ".join(str(k) for k in range(100 * s + 1, 100 * s + 400)))[:16]
                        for s in range(max(npl))]
-            result["batched"] = batched_rates(llama.model, prompts, npl, 64, 2048, threads)
+            result["batched"] = batched_rates(llama.model, prompts, npl, 64, 2048, threads, args.inner)
     if args.json:
         print(json.dumps(result))
         return 0
