@@ -241,6 +241,12 @@ def _load_backends(explicit: list[str] | None) -> list[BackendStatus]:
             "(and llamaplug-backend-cuda / -vulkan / ... for a GPU)"
         )
     wanted = _requested(explicit)
+    asked = [s for s in specs if wanted is None or s.name in wanted or s.name == "cpu"]
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Probes that start a child process run side by side: startup costs the slowest, not the sum.
+    with ThreadPoolExecutor(max_workers=len(asked) or 1) as pool:
+        verdicts = dict(zip([s.name for s in asked], pool.map(_verdict, asked)))
     statuses = []
     served: dict[str, str] = {}  # device -> the backend already using it
     for spec in specs:  # highest priority first
@@ -250,7 +256,7 @@ def _load_backends(explicit: list[str] | None) -> list[BackendStatus]:
             statuses.append(BackendStatus(spec.name, spec.distribution, spec.priority, ok=False, loaded=False,
                                           reason=why))
             continue
-        verdict = _verdict(spec)
+        verdict = verdicts[spec.name]
         # CPU always loads: llama.cpp needs it for host buffers and unsupported ops.
         chosen = verdict.ok and (wanted is None or spec.name in wanted or spec.name == "cpu")
         reason = verdict.reason
