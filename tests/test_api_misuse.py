@@ -217,6 +217,12 @@ def _machine(model_path: str):
             raise AssertionError(f"{what}: expected {[c.__name__ for c in allowed]}, it returned {result!r:.200}")
         return result
 
+    def close(obj, label: str, twice: bool) -> None:
+        """close() succeeds, and so does a second close()."""
+        expect(None, obj.close, f"{label}.close()")
+        if twice:
+            expect(None, obj.close, f"{label}.close() again")
+
     class Machine(RuleBasedStateMachine):
         def __init__(self):
             super().__init__()
@@ -255,9 +261,7 @@ def _machine(model_path: str):
         @rule(i=pick, twice=st.booleans())
         def close_model(self, i, twice):
             m = self.models[i % len(self.models)]
-            expect(None, m.obj.close, "model.close()")
-            if twice:
-                expect(None, m.obj.close, "model.close() again")
+            close(m.obj, "model", twice)
             m.closed = True
 
         @precondition(lambda self: self.models)
@@ -322,9 +326,7 @@ def _machine(model_path: str):
         @rule(i=pick, twice=st.booleans())
         def close_context(self, i, twice):
             c = self.contexts[i % len(self.contexts)]
-            expect(None, c.obj.close, "context.close()")
-            if twice:
-                expect(None, c.obj.close, "context.close() again")
+            close(c.obj, "context", twice)
             c.self_closed = True
 
         @precondition(lambda self: self.contexts)
@@ -672,9 +674,7 @@ def _machine(model_path: str):
         @rule(i=pick, twice=st.booleans())
         def close_sampler(self, i, twice):
             s = self.samplers[i % len(self.samplers)]
-            expect(None, s.obj.close, "sampler.close()")
-            if twice:
-                expect(None, s.obj.close, "sampler.close() again")
+            close(s.obj, "sampler", twice)
             s.closed = True
 
         @precondition(lambda self: self.samplers and self.contexts)
@@ -709,9 +709,7 @@ def _machine(model_path: str):
         @rule(i=pick, twice=st.booleans())
         def close_llama(self, i, twice):
             x = self.llamas[i % len(self.llamas)]
-            expect(None, x.obj.close, "Llama.close()")
-            if twice:
-                expect(None, x.obj.close, "Llama.close() again")
+            close(x.obj, "Llama", twice)
             x.closed = True
 
         @precondition(lambda self: self.llamas)

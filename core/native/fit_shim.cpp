@@ -8,6 +8,16 @@
 #include <cstdio>
 #include <stdexcept>
 
+// One message to llama.cpp's current logger (llamaplug's, once installed).
+static void to_llama_log(ggml_log_level level, const char * text) {
+    ggml_log_callback cb = nullptr;
+    void * ud = nullptr;
+    llama_log_get(&cb, &ud);
+    if (cb) {
+        cb(level, text, ud);
+    }
+}
+
 extern "C" {
 
 // The cffi layer declares this; 0 success, 1 could not fit, 2 error (e.g. unreadable model).
@@ -19,12 +29,7 @@ __attribute__((visibility("default"))) int llamaplug_fit_params(
         return common_fit_params(path_model, mparams, cparams, tensor_split, overrides, margins, n_ctx_min,
                                  nullptr, GGML_LOG_LEVEL_ERROR);
     } catch (const std::exception & e) {
-        ggml_log_callback cb = nullptr;
-        void * ud = nullptr;
-        llama_log_get(&cb, &ud);
-        if (cb) {
-            cb(GGML_LOG_LEVEL_ERROR, e.what(), ud);
-        }
+        to_llama_log(GGML_LOG_LEVEL_ERROR, e.what());
         return COMMON_PARAMS_FIT_STATUS_ERROR;
     }
 }
@@ -44,18 +49,12 @@ bool common_log_get_jsonl(void) { return false; }
 common_log * common_log_main() { return &g_log; }
 
 void common_log_add(common_log *, ggml_log_level level, const char * fmt, ...) {
-    ggml_log_callback cb = nullptr;
-    void * ud = nullptr;
-    llama_log_get(&cb, &ud);
-    if (!cb) {
-        return;
-    }
     char text[1024];
     va_list args;
     va_start(args, fmt);
     vsnprintf(text, sizeof text, fmt, args);
     va_end(args);
-    cb(level == GGML_LOG_LEVEL_NONE ? GGML_LOG_LEVEL_INFO : level, text, ud);
+    to_llama_log(level == GGML_LOG_LEVEL_NONE ? GGML_LOG_LEVEL_INFO : level, text);
 }
 
 void common_log_add_json(common_log *, const char *, const common_json &) {}

@@ -187,6 +187,10 @@ class LlamaBackend:
     def backends(self) -> list[BackendStatus]:
         return list(self._statuses)
 
+    def offload_devices(self) -> list[str]:
+        """Names of the devices layers can be offloaded to (every device but the CPU)."""
+        return [d.name for d in self.devices() if d.type != "cpu"]
+
     def devices(self) -> list[DeviceInfo]:
         found = []
         free, total = ffi.new("size_t *"), ffi.new("size_t *")

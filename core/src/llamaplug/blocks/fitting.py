@@ -45,8 +45,7 @@ def wanted(model: ModelParams, context: ContextParams) -> bool:
         return False
     if context.n_ctx * _HOST_BYTES_PER_CELL > _memory_available():
         return False
-    offload = model.devices if model.devices is not None else \
-        [d.name for d in LlamaBackend.init().devices() if d.type != "cpu"]
+    offload = model.devices if model.devices is not None else LlamaBackend.init().offload_devices()
     return bool(offload) or context.n_ctx == 0
 
 

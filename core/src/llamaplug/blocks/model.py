@@ -34,7 +34,7 @@ def encode_text(text: str, what: str = "text") -> bytes:
 def _offload_device(name: str) -> Any:
     dev = lib.ggml_backend_dev_by_name(name.encode()) if isinstance(name, str) else ffi.NULL
     if dev == ffi.NULL or lib.ggml_backend_dev_type(dev) == lib.GGML_BACKEND_DEVICE_TYPE_CPU:
-        usable = [d.name for d in LlamaBackend.init().devices() if d.type != "cpu"]
+        usable = LlamaBackend.init().offload_devices()
         why = "the CPU is always used; devices lists where to offload" if dev != ffi.NULL else "no such device"
         raise InvalidParameterError(f"devices: {name!r}: {why} (offload devices here: {usable or 'none'})",
                                     field="devices")
