@@ -19,15 +19,15 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     print(f"llamaplug {__version__}")
     print(f"llama.cpp {LLAMA_CPP_COMMIT} (ggml {GGML_VERSION})")
-    plugins.load_plugins()
+    backend = LlamaBackend.init()  # first: a plugin whose registration hook fails is known only after it
     print("plugins:")
+    broken = plugins.broken_plugins()
     for name, plugin in sorted(plugins.pm.list_name_plugin()):
-        if name.startswith("llamaplug.") or name == "catalog" or plugin is None:
+        if name.startswith("llamaplug.") or name == "catalog" or plugin is None or name in broken:
             continue
         print(f"  {name}")
-    for name, error in sorted(plugins.broken_plugins().items()):
-        print(f"  {name}: failed to load: {error}")
-    backend = LlamaBackend.init()
+    for name, error in sorted(broken.items()):
+        print(f"  {name}: broken: {error}")
     print("backends:")
     for status in backend.backends():
         state = "loaded" if status.loaded else ("available" if status.ok else "cannot run")

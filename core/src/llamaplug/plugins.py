@@ -82,20 +82,33 @@ def load_plugins() -> None:
 
 
 def broken_plugins() -> dict[str, str]:
-    """Plugins whose import failed, with the error."""
+    """Plugins whose import or registration hook failed, with the error."""
     load_plugins()
     return dict(_broken)
 
 
 def collect(hook_name: str) -> list[Any]:
-    """Call a ``register``-style hook and return what all plugins registered."""
+    """Call a ``register``-style hook and return what all plugins registered.
+
+    Each plugin's hook runs on its own: one that raises registers nothing and is
+    reported by `broken_plugins`, while the others still count.
+    """
     load_plugins()
     found: list[Any] = []
+    # pluggy calls the newest registration first; keep that order.
+    for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
+        mine: list[Any] = []
 
-    def register(*item: Any) -> None:
-        found.append(item[0] if len(item) == 1 else item)
+        def register(*item: Any, _into: list[Any] = mine) -> None:
+            _into.append(item[0] if len(item) == 1 else item)
 
-    getattr(pm.hook, hook_name)(register=register)
+        try:
+            impl.function(register=register)
+        except Exception as exc:  # as at import: a broken plugin must not take the core down
+            log.warning("plugin %s: %s failed: %s", impl.plugin_name, hook_name, exc)
+            _broken[impl.plugin_name] = f"{hook_name}: {type(exc).__name__}: {exc}"
+            continue
+        found.extend(mine)
     return found
 
 

@@ -1,0 +1,18 @@
+"""Lets the suite import the pure-Python probes of plugins that are not installed.
+
+The CUDA, ROCm and Metal plugins cannot be built in CI, but their probes'
+decision tables are tested there, from the source folders. An installed
+plugin is never shadowed by its source folder: the installed one carries its
+build (modules, _build_info) and is what its own tests must see.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+for _src in sorted(Path(__file__).parent.glob("plugins/*/src")):
+    _packages = [p.name for p in _src.iterdir() if (p / "__init__.py").exists()]
+    if _packages and all(importlib.util.find_spec(name) is None for name in _packages):
+        sys.path.append(str(_src))
