@@ -71,6 +71,30 @@ def test_model_properties(llama):
     assert m.tokenize("<|im_start|>", add_bos=False, special=True) != m.tokenize("<|im_start|>", add_bos=False)
 
 
+def test_per_token_answers_are_remembered_without_changing_them(llama, smollm2_path):  # llama: backend init
+    # token_to_piece / token_is_eog keep what llama.cpp answered (generation asks once per token);
+    # the control-token text of special=True is never served to special=False, and a closed
+    # model still says so.
+    model = lp.LlamaModel(smollm2_path, lp.ModelParams(vocab_only=True))
+    eos, paris = model.eos, model.tokenize("Paris", add_bos=False)[0]
+
+    def native_piece(token: int, special: bool) -> bytes:
+        buf = raw.ffi.new("char[]", 64)
+        return raw.ffi.unpack(buf, raw.lib.llama_token_to_piece(model._vocab, token, buf, 64, 0, special))
+
+    for _ in range(2):  # the second round is served from what the first stored
+        assert model.token_to_piece(eos) == native_piece(eos, False) == b""
+        assert model.token_to_piece(eos, special=True) == native_piece(eos, True) == b"<|im_end|>"
+        assert model.token_to_piece(paris) == native_piece(paris, False) == b"Paris"
+        assert model.token_is_eog(eos) and not model.token_is_eog(paris)
+    with pytest.raises(lp.InvalidTokenError):
+        model.token_is_eog(model.n_vocab)
+    model.close()
+    for call in (lambda: model.token_to_piece(paris), lambda: model.token_is_eog(eos)):
+        with pytest.raises(lp.ClosedError):
+            call()
+
+
 def test_model_save_roundtrip(llama, tmp_path):
     target = llama.model.save(tmp_path / "copy.gguf")
     copy = lp.LlamaModel(target, lp.ModelParams(vocab_only=True))

@@ -212,6 +212,7 @@ class LlamaContext(NativeHandle):
         self._recurrent = bool(lib.llama_model_is_recurrent(model._ptr) or lib.llama_model_is_hybrid(model._ptr))
         self.n_vocab = model.n_vocab
         self.n_past = 0
+        self._row_view: tuple[int, np.ndarray | None] = (0, None)
         self._one = LlamaBatch(1, 1)
         self._one.add(0, 0, (0,), True)
         # Which tokens of the last batch produced outputs, to check get_logits_ith's index.
@@ -359,10 +360,21 @@ class LlamaContext(NativeHandle):
 
     def get_logits_ith(self, i: int) -> np.ndarray:
         """Logits for token `i` of the last batch (-1: the last), a view of n_vocab floats."""
-        ptr = lib.llama_get_logits_ith(self._ptr, self.check_output_index(i))
+        self._ptr  # noqa: B018 - a closed context says so before a bad index does
+        return self._logits_row(self.check_output_index(i))
+
+    def _logits_row(self, i: int) -> np.ndarray:
+        """get_logits_ith for an index already checked."""
+        ptr = lib.llama_get_logits_ith(self._ptr, i)
         if ptr == ffi.NULL:
             raise InvalidParameterError(f"llama.cpp has no logits for batch index {i}", field="i")
-        return np.frombuffer(ffi.buffer(ptr, 4 * self.n_vocab), dtype=np.float32)
+        # Generation asks for the same row of the same buffer every token: keep its view.
+        address = int(ffi.cast("uintptr_t", ptr))
+        cached, view = self._row_view
+        if view is None or cached != address:
+            view = np.frombuffer(ffi.buffer(ptr, 4 * self.n_vocab), dtype=np.float32)
+            self._row_view = (address, view)
+        return view
 
     def get_embeddings_ith(self, i: int) -> np.ndarray:
         if not self.params.embeddings:

@@ -84,6 +84,10 @@ class LlamaModel(NativeHandle):
         self._vocab = lib.llama_model_get_vocab(ptr)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
         self._vocab_problems = _vocab_problems(self._vocab, self.path)
+        # Per-token answers that never change for a loaded vocabulary, asked once per generated
+        # token: a dict hit costs less than the C call, its buffer and the checks.
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
         self._byte_gaps = header.byte_gaps if int(lib.llama_vocab_type(self._vocab)) == lib.LLAMA_VOCAB_TYPE_SPM \
             else None
         from ..plugins import pm
@@ -179,6 +183,10 @@ class LlamaModel(NativeHandle):
 
     def token_to_piece(self, token: int, special: bool = False) -> bytes:
         """The raw bytes of one token (may be part of a UTF-8 character)."""
+        if not special and self._raw is not None:
+            piece = self._pieces.get(token)
+            if piece is not None:
+                return piece
         self.check_token(token)
         self._check_vocab(False)
         buf = ffi.new("char[]", 64)
@@ -186,13 +194,21 @@ class LlamaModel(NativeHandle):
         if n < 0:
             buf = ffi.new("char[]", -n)
             n = lib.llama_token_to_piece(self._vocab_ptr, token, buf, -n, 0, special)
-        return ffi.unpack(buf, n)
+        piece = ffi.unpack(buf, n)
+        if not special:
+            self._pieces[token] = piece
+        return piece
 
     def token_to_str(self, token: int, special: bool = False) -> str:
         return self.token_to_piece(token, special).decode("utf-8", "replace")
 
     def token_is_eog(self, token: int) -> bool:
-        return bool(lib.llama_vocab_is_eog(self._vocab_ptr, self.check_token(token)))
+        if self._raw is not None:
+            eog = self._eog.get(token)
+            if eog is not None:
+                return eog
+        eog = self._eog[token] = bool(lib.llama_vocab_is_eog(self._vocab_ptr, self.check_token(token)))
+        return eog
 
     def token_is_control(self, token: int) -> bool:
         return bool(lib.llama_vocab_is_control(self._vocab_ptr, self.check_token(token)))

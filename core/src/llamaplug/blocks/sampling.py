@@ -117,7 +117,7 @@ def _argmax(ctx: LlamaContext, idx: int) -> int:
     # whole vocabulary into candidate records (60-400 us a token here); argmax over the
     # logits view picks the same token (the first of equal maxima, as llama.cpp's greedy).
     ctx.check_output_index(idx)  # a bad index is reported before a closed context, as llama_sampler_sample's path does
-    return int(ctx.get_logits_ith(idx).argmax())
+    return int(ctx._logits_row(idx).argmax())
 
 
 class SamplerChain(LlamaSampler):
