@@ -18,7 +18,9 @@ and the peer one after another (A B C A B C ...), each in a fresh process:
   llama-cpp-python==0.3.36 (bench/peer_env.py builds it on first use, 10-20 min).
 
 Prints a table of medians (spread = (max - min) / median over the rounds) with the
-ratios ours/native and ours/peer, and writes bench/results/<host>-<date>.json.
+ratios ours/native and ours/peer (ratio of the medians, and in parentheses the median
+of the per-round ratios), and writes bench/results/<host>-<date>.json;
+`--render FILE` prints an earlier file's tables again.
 """
 
 from __future__ import annotations
@@ -201,10 +203,16 @@ def aggregate(rounds: list[dict[str, dict]], w: Workload) -> list[dict[str, Any]
             cols[impl] = summary([get(r.get(impl), path) for r in rounds]) if path else None
         row = {"metric": label, "higher_is_better": higher, **cols}
         ours = cols["llamaplug"]
-        for impl in ("native", "peer"):
+        for impl, path in (("native", pn), ("peer", pp)):
             other = cols[impl]
             row[f"ours/{impl}"] = (ours["median"] / other["median"]
                                    if ours and other and other["median"] else None)
+            # The same ratio taken inside each round, then the median: the rounds are interleaved so
+            # that a slow spell of the machine hits both sides of one ratio.
+            row[f"paired ours/{impl}"] = summary([
+                a / b if a is not None and b else None
+                for a, b in ((get(r.get("llamaplug"), po), get(r.get(impl), path)) for r in rounds)
+            ]) if po and path else None
         table.append(row)
     return table
 
@@ -234,11 +242,18 @@ def fmt(s: dict | None) -> str:
     return f"{num} ±{s['spread_pct'] / 2:.0f}%" if s["n"] > 1 else num
 
 
+def ratio_cell(r: dict[str, Any], impl: str) -> str:
+    """Ratio of the medians, then the median of the per-round ratios (paired) in parentheses."""
+    if not r[f"ours/{impl}"]:
+        return "-"
+    paired = r.get(f"paired ours/{impl}")
+    return f"{r[f'ours/{impl}']:.3f}" + (f" ({paired['median']:.3f})" if paired and paired["n"] > 1 else "")
+
+
 def render(table: list[dict[str, Any]], markdown: bool = False) -> str:
-    head = ["metric", "native", "llamaplug", "peer", "ours/native", "ours/peer"]
+    head = ["metric", "native", "llamaplug", "peer", "ours/native (paired)", "ours/peer (paired)"]
     body = [[r["metric"], fmt(r["native"]), fmt(r["llamaplug"]), fmt(r["peer"]),
-             f"{r['ours/native']:.3f}" if r["ours/native"] else "-",
-             f"{r['ours/peer']:.3f}" if r["ours/peer"] else "-"] for r in table]
+             ratio_cell(r, "native"), ratio_cell(r, "peer")] for r in table]
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
@@ -253,11 +268,15 @@ def targets(table: list[dict[str, Any]], scale: dict[str, float | None], w: Work
     by = {r["metric"]: r for r in table}
     pp = by[f"pp{w.pp} t/s (create_completion)"]
     tg = by[f"tg{w.tg} t/s (create_completion)"]
+    def paired(row: dict[str, Any], impl: str) -> float | None:
+        p = row.get(f"paired ours/{impl}")
+        return p["median"] if p else None
+
     out = [
-        {"target": "pp >= 0.98x native", "value": pp["ours/native"], "goal": 0.98},
-        {"target": "tg >= 0.98x native", "value": tg["ours/native"], "goal": 0.98},
-        {"target": "pp >= 1.0x peer", "value": pp["ours/peer"], "goal": 1.0},
-        {"target": "tg >= 1.0x peer", "value": tg["ours/peer"], "goal": 1.0},
+        {"target": "pp >= 0.98x native", "value": pp["ours/native"], "paired": paired(pp, "native"), "goal": 0.98},
+        {"target": "tg >= 0.98x native", "value": tg["ours/native"], "paired": paired(tg, "native"), "goal": 0.98},
+        {"target": "pp >= 1.0x peer", "value": pp["ours/peer"], "paired": paired(pp, "peer"), "goal": 1.0},
+        {"target": "tg >= 1.0x peer", "value": tg["ours/peer"], "paired": paired(tg, "peer"), "goal": 1.0},
     ]
     if w.batch_npl:
         out.append({"target": f"{max(w.batch_npl)} batched sequences >= 1.8x single-stream aggregate",
@@ -265,6 +284,37 @@ def targets(table: list[dict[str, Any]], scale: dict[str, float | None], w: Work
     for t in out:
         t["met"] = None if t["value"] is None else t["value"] >= t["goal"]
     return out
+
+
+def report(label: str, entry: dict[str, Any], w: Workload) -> dict[str, Any]:
+    """Aggregate one model's rounds, print the table and the targets; returns what the result file keeps."""
+    rounds = entry["rounds"]
+    table = aggregate(rounds, w)
+    scale = scaling(rounds, w)
+    goals = targets(table, scale, w)
+    print(f"\n{label} ({Path(entry['path']).name}, {w.threads} threads, median of {len(rounds)}; ± half the range)")
+    print(render(table))
+    if scale:
+        print(f"batched scaling {max(w.batch_npl)} vs {min(w.batch_npl)} sequences: " + ", ".join(
+            f"{k} {v:.2f}x" for k, v in scale.items() if v))
+    for t in goals:
+        mark = "n/a" if t["met"] is None else "met" if t["met"] else "MISSED"
+        value = "-" if t["value"] is None else f"{t['value']:.3f}"
+        paired = f"(paired {t['paired']:.3f})" if t.get("paired") is not None and len(rounds) > 1 else ""
+        print(f"  {t['target']:<52} {value:>7} {paired:>16}  {mark}")
+    if not entry["same_prompts"]:
+        print("  warning: llamaplug and the peer tokenized the prompts differently", file=sys.stderr)
+    return {"table": table, "batched_scaling": scale, "targets": goals}
+
+
+def render_file(path: Path) -> int:
+    """Print the tables of an earlier result file again, aggregated by this version of the harness."""
+    result = json.loads(path.read_text())
+    w = Workload.from_json(json.dumps(result["workload"]))
+    print(f"{path.name}: {result['date']}, {result['cpu']}, llamaplug {result['llamaplug_git']}")
+    for label, entry in result["models"].items():
+        report(label, entry, w)
+    return 0
 
 
 def loadavg() -> list[float]:
@@ -334,7 +384,10 @@ def main() -> int:
     ap.add_argument("--llamaplug-python", default=sys.executable,
                     help="python of the llamaplug install to measure (default: this one)")
     ap.add_argument("--out", help="result file (default bench/results/<host>-<date>[-quick].json)")
+    ap.add_argument("--render", metavar="FILE", help="measure nothing: print the tables of an earlier result file")
     a = ap.parse_args()
+    if a.render:
+        return render_file(Path(a.render))
 
     w = Workload(threads=a.threads, inner=max(1, a.inner), backend=a.backend)
     if a.quick:
@@ -409,25 +462,11 @@ def main() -> int:
                 print(f"   round {i + 1}/{repeat} {name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
             rnd["loadavg_end"] = loadavg()
             rounds.append(rnd)
-        table = aggregate(rounds, w)
-        scale = scaling(rounds, w)
-        goals = targets(table, scale, w)
         digests = {impl: rounds[0].get(impl, {}).get("digests") for impl in ("llamaplug", "peer")}
-        result["models"][label] = {"path": str(model), "size_bytes": model.stat().st_size, "rounds": rounds,
-                                   "table": table, "batched_scaling": scale, "targets": goals,
-                                   "same_prompts": len({json.dumps(d, sort_keys=True) for d in digests.values()
-                                                        if d}) <= 1}
-        print(f"\n{label} ({model.name}, {w.threads} threads, median of {repeat}; ± half the range)")
-        print(render(table))
-        if scale:
-            print(f"batched scaling {max(w.batch_npl)} vs {min(w.batch_npl)} sequences: " + ", ".join(
-                f"{k} {v:.2f}x" for k, v in scale.items() if v))
-        for t in goals:
-            mark = "n/a" if t["met"] is None else "met" if t["met"] else "MISSED"
-            value = "-" if t["value"] is None else f"{t['value']:.3f}"
-            print(f"  {t['target']:<52} {value:>7}  {mark}")
-        if not result["models"][label]["same_prompts"]:
-            print("  warning: llamaplug and the peer tokenized the prompts differently", file=sys.stderr)
+        result["models"][label] = entry = {
+            "path": str(model), "size_bytes": model.stat().st_size, "rounds": rounds,
+            "same_prompts": len({json.dumps(d, sort_keys=True) for d in digests.values() if d}) <= 1}
+        entry.update(report(label, entry, w))
 
     out = Path(a.out) if a.out else HERE / "results" / (
         f"{socket.gethostname()}-{started:%Y-%m-%d}{'-quick' if a.quick else ''}.json")
