@@ -8,7 +8,7 @@ stays usable, and the same x86 CPU-variant flags as llamaplug's host build and
 the native tools (GGML_NATIVE=OFF + the host variant's features), so all three
 run the same ggml kernels.
 
-Never imported into llamaplug's process: bench/run.py runs bench/peer_worker.py
+Never imported into llamaplug's process: bench/run.py runs bench/worker_peer.py
 with this venv's python.
 
     python bench/peer_env.py            # install if missing, print the venv's python
