@@ -27,20 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _shared import TG_TEXT  # noqa: E402
-
-
-def native_bench_bin() -> Path:
-    out = subprocess.run([sys.executable, str(HERE.parent / "vendor" / "llama.cpp" / "native_tools.py")],
-                         capture_output=True, text=True, check=True).stdout
-    return Path(out.strip().splitlines()[-1]) / "llama-bench"
-
-
-def quartiles(values: list[float]) -> tuple[float, float, float]:
-    q1, q2, q3 = statistics.quantiles(values, n=4)
-    return q1, q2, q3
+from run import native_tools  # noqa: E402
 
 
 def main() -> int:
@@ -56,7 +45,7 @@ def main() -> int:
     from llamaplug.raw import lib
 
     model = a.model or default_model("smollm2-135m-instruct")
-    bench_bin = native_bench_bin()
+    bench_bin = native_tools("cpu") / "llama-bench"
     n = a.tokens
     llama = lp.Llama.load(lp.LlamaParams(model, n_ctx=2048, n_threads=a.threads, n_threads_batch=a.threads))
     prompt = llama.tokenize(TG_TEXT)
@@ -96,7 +85,7 @@ def main() -> int:
     for name, values in rates.items():
         print(f"  {name:18} median {statistics.median(values):6.1f} t/s")
     for num, den in (("raw", "native"), ("create_completion", "native"), ("create_completion", "raw")):
-        q1, q2, q3 = quartiles([x / y for x, y in zip(rates[num], rates[den])])
+        q1, q2, q3 = statistics.quantiles([x / y for x, y in zip(rates[num], rates[den])], n=4)
         print(f"  {num + '/' + den:28} {q2:.3f}  (quartiles {q1:.3f} .. {q3:.3f})")
     llama.close()
     return 0

@@ -86,6 +86,15 @@ def fail(what: str, child: Child) -> RuntimeError:
     return RuntimeError(f"{what} failed (exit {child.rc}):\n{tail}")
 
 
+def native_tools(backend: str) -> Path:
+    """The bin directory of the native tools for `backend`, built from the pin on first use (cached)."""
+    c = run_child([sys.executable, str(ROOT / "vendor" / "llama.cpp" / "native_tools.py"), "--backend", backend],
+                  timeout=3600)
+    if c.rc:
+        raise RuntimeError(f"native_tools.py failed: {c.stderr.strip().splitlines()[-1:]}")
+    return Path(c.stdout.strip().splitlines()[-1])
+
+
 # -- the three implementations ------------------------------------------------------
 def native_round(bin_dir: Path, model: Path, w: Workload) -> dict[str, Any]:
     t = str(w.threads)
@@ -401,12 +410,10 @@ def main() -> int:
     if a.no_native:
         skipped["native"] = "--no-native"
     else:
-        c = run_child([sys.executable, str(ROOT / "vendor" / "llama.cpp" / "native_tools.py"), "--backend", a.backend],
-                      timeout=3600)
-        if c.rc:
-            skipped["native"] = f"native_tools.py failed: {c.stderr.strip().splitlines()[-1:]}"
-        else:
-            native_bin = Path(c.stdout.strip().splitlines()[-1])
+        try:
+            native_bin = native_tools(a.backend)
+        except RuntimeError as exc:
+            skipped["native"] = str(exc)
     peer_python = None
     if a.no_peer:
         skipped["peer"] = "--no-peer"
