@@ -43,8 +43,11 @@ native: $(BIN)/python
 lint: $(BIN)/tox
 	$(BIN)/ruff check core plugins tests vendor
 
+# Every distribution this machine can build, every x86 CPU variant, and the wheels they depend on,
+# so that `pip install --no-index --find-links dist llamaplug llamaplug-backend-cpu` works offline.
 wheels: sysdeps $(BIN)/tox
-	LLAMAPLUG_CPU_VARIANTS=all $(BIN)/python -m pip wheel --no-build-isolation --no-deps -w dist ./core ./plugins/backend_cpu
+	LLAMAPLUG_CPU_VARIANTS=all $(BIN)/python -m pip wheel -q --no-build-isolation -w dist \
+		./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan
 
 # The CUDA plugin (needs nvcc from CUDA 13; not part of `make build`: about an hour on 2 cores).
 cuda: build

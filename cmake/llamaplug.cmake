@@ -2,7 +2,8 @@
 # and the settings every native part of llamaplug is built with.
 get_filename_component(LLAMAPLUG_REPO "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 
-find_package(Python COMPONENTS Interpreter Development.Module REQUIRED)
+# SKBUILD_SABI_COMPONENT is Development.SABIModule where the wheel is abi3 (the core), empty otherwise.
+find_package(Python COMPONENTS Interpreter Development.Module ${SKBUILD_SABI_COMPONENT} REQUIRED)
 
 function(llamaplug_pin key out_var)
   execute_process(

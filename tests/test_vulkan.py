@@ -39,7 +39,7 @@ def vulkan_plugin():
 @pytest.fixture(scope="module")
 def lavapipe(vulkan_plugin) -> str:
     """The index (for GGML_VK_VISIBLE_DEVICES) of Mesa's lavapipe among the Vulkan devices."""
-    code = ("import ctypes, json, llamaplug_backend_vulkan as v; "
+    code = ("import ctypes, json; from llamaplug_backend_vulkan import probe as v; "
             "print(json.dumps(v.vulkan_devices(ctypes.CDLL(v._LOADER))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env=child_env())

@@ -23,6 +23,7 @@ from .errors import (
     LlamaError,
     ModelNotFoundError,
     NoBackendError,
+    SamplingError,
     StateError,
 )
 from .params import (
@@ -43,6 +44,7 @@ hookimpl = pluggy.HookimplMarker("llamaplug")
 
 from .blocks.backend import BackendStatus, DeviceInfo, LlamaBackend  # noqa: E402
 from .blocks.batch import LlamaBatch  # noqa: E402
+from .blocks.builder import ContextBuilder  # noqa: E402
 from .blocks.context import LlamaContext  # noqa: E402
 from .blocks.model import LlamaModel  # noqa: E402
 from .blocks.sampling import LlamaSampler, SamplerChain  # noqa: E402
@@ -57,12 +59,12 @@ def backends() -> list[BackendStatus]:
 
 __all__ = [
     "GGML_VERSION", "LLAMA_CPP_COMMIT", "__version__", "hookimpl", "backends",
-    "LlamaBackend", "BackendStatus", "DeviceInfo", "LlamaModel", "LlamaContext", "LlamaBatch",
+    "LlamaBackend", "BackendStatus", "DeviceInfo", "LlamaModel", "LlamaContext", "ContextBuilder", "LlamaBatch",
     "LlamaSampler", "SamplerChain", "Llama", "Completion", "CompletionChunk", "CompletionTimings",
     "StopReason", "TokenLogprob",
     "LlamaParams", "ModelParams", "ContextParams", "SamplerParams", "KvCacheType", "FlashAttnType",
     "NumaStrategy", "SplitMode", "RopeScalingType", "PoolingType", "AttentionType",
     "LlamaError", "BackendError", "BackendMismatchError", "BackendNotInitialisedError", "NoBackendError",
     "ModelNotFoundError", "InvalidModelError", "ContextTooLargeError", "ContextOverflowError", "DecodeError",
-    "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError",
+    "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError",
 ]

@@ -45,10 +45,6 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _layers(value: str) -> int | str:
-    return value if value in ("auto", "all") else int(value)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from .blocks.sampling import SamplerChain
     from .catalog import default_model
@@ -121,8 +117,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--log", choices=["debug", "info", "warning", "error", "none"])
     run.add_argument("--no-timings", dest="timings", action="store_false")
     run.add_argument("--rpc", action="append", default=[], help="RPC server host:port (repeatable)")
-    run.add_argument("-ngl", "--n-gpu-layers", type=_layers, default="auto", help='"auto" (fit to free memory), '
-                     '"all" or a count')
+    run.add_argument("-ngl", "--n-gpu-layers", default="auto", help='"auto" (fit to free memory), '
+                     '"all" or a count (LlamaParams checks it)')
     run.add_argument("-dev", "--device", dest="devices", action="append",
                      help="offload to this device (repeatable; see `llamaplug info`); 'none' = CPU only")
     run.set_defaults(func=cmd_run)

@@ -1,12 +1,15 @@
 """Every public failure of llamaplug is a LlamaError subclass.
 
 `raise_for_status` is the one place that turns llama.cpp return codes into
-exceptions; call sites pass what they were doing and where.
+exceptions, and `native_error` the one that turns a failed native call (a NULL,
+a false) and the log lines llama.cpp printed meanwhile into one; call sites
+pass what they were doing and where.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 
 class LlamaError(Exception):
@@ -77,6 +80,10 @@ class StateError(LlamaError):
     """A context state could not be saved or restored."""
 
 
+class SamplingError(LlamaError):
+    """A sampler chain could not pick a token (it selects none, or every candidate was removed)."""
+
+
 # llama_decode's documented return codes (llama.h).
 _DECODE_CODES = {
     1: "no KV-cache slot for the batch: the context is full (reduce the batch or increase n_ctx)",
@@ -87,14 +94,28 @@ _DECODE_CODES = {
 }
 
 
+E = TypeVar("E", bound=LlamaError)
+
+
+def native_reason(lines: Sequence[str], last: int = 3) -> str:
+    """What llama.cpp logged about a failure (its last `last` warning/error lines)."""
+    kept = [line for line in lines if line][-last:]
+    return f"llama.cpp says: {'; '.join(kept)}" if kept else "llama.cpp gave no reason"
+
+
+def native_error(cls: type[E], message: str, lines: Sequence[str], hint: str = "", **attrs: Any) -> E:
+    """`cls` for a native call that failed: the message, llama.cpp's logged reason, then what to do."""
+    return cls(f"{message}: {native_reason(lines)}" + (f" ({hint})" if hint else ""), **attrs)
+
+
 def raise_for_status(op: str, rc: int, **where: Any) -> None:
     """Raise the LlamaError for llama.cpp return code `rc` of operation `op`."""
     if rc == 0:
         return
-    detail = where.pop("detail", "")
+    lines = where.pop("native", ())
     place = ", ".join(f"{k}={v}" for k, v in where.items())
     place = f" ({place})" if place else ""
-    place += f": llama.cpp says: {detail}" if detail else ""
+    place += f": {native_reason(lines, 2)}" if lines else ""
     if op in ("llama_decode", "llama_encode"):
         message = f"{op} failed with code {rc}: {_DECODE_CODES.get(rc, 'unknown failure')}{place}"
         if rc == 1:

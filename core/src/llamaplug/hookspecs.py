@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .blocks.context import LlamaContext
     from .blocks.model import LlamaModel
     from .catalog import CatalogEntry
-    from .plugins import BackendSpec
+    from .probes import BackendSpec
 
 hookspec = pluggy.HookspecMarker("llamaplug")
 hookimpl = pluggy.HookimplMarker("llamaplug")
@@ -44,9 +44,8 @@ def llamaplug_context_created(context: LlamaContext) -> None:
 
 @hookspec
 def llamaplug_register_samplers(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Register sampler factories: ``register(name, factory)``; SamplerChain.add(name, ...) calls them."""
+    """Register sampler factories: ``register(name, factory)``.
 
-
-@hookspec(firstresult=True)
-def llamaplug_tokenizer(model: LlamaModel) -> Any | None:
-    """Return a tokenizer (with ``tokenize``/``detokenize``) to use instead of the GGUF's own, or None."""
+    ``SamplerChain().add(name, *args, **kwargs)`` calls ``factory(*args, **kwargs)``,
+    which returns a ``LlamaSampler`` that the chain then owns.
+    """

@@ -17,6 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import InvalidParameterError
 
+# Limits of the pinned llama.cpp that its C code does not check (it crashes past them).
+INT32_MAX = 0x7FFFFFFF  # uint32 fields that llama.cpp reads as int32
+GGML_MAX_N_THREADS = 512  # ggml.h; llama_decode segfaults with more threads (n_threads=100000 does)
+LLAMA_MAX_SEQ = 256  # llama_max_parallel_sequences() (a test keeps the two equal)
+
 
 class NumaStrategy(enum.IntEnum):
     DISABLED = 0
@@ -169,9 +174,23 @@ class ModelParams(Params):
     @classmethod
     def _layers(cls, value: Any) -> Any:
         # Checked before the union, so an error names the field, not one of the union's members.
+        # A count may come as text (the CLI's -ngl 12).
+        if isinstance(value, str) and value.lstrip("-").isdigit():
+            value = int(value)
         if value in ("auto", "all") or (isinstance(value, int) and not isinstance(value, bool) and value >= -1):
             return value
         raise ValueError(f'n_gpu_layers must be "auto", "all" or a layer count >= -1 (-1 = all), got {value!r}')
+
+    # The one place that reads n_gpu_layers' words.
+    @property
+    def gpu_layers(self) -> int:
+        """llama.cpp's n_gpu_layers: -1 for "all" and for "auto" (the fit lowers it), else the count."""
+        return -1 if isinstance(self.n_gpu_layers, str) else self.n_gpu_layers
+
+    @property
+    def fit_layers(self) -> bool:
+        """Whether llama.cpp's fitting decides the layers ("auto"; nothing to place for vocab_only)."""
+        return self.n_gpu_layers == "auto" and not self.vocab_only
 
     @field_validator("fit_target_mib", mode="before")
     @classmethod
@@ -201,12 +220,12 @@ class ModelParams(Params):
 class ContextParams(Params):
     """How a context is created (llama_context_params; every field of seed 004)."""
 
-    n_ctx: int = Field(0, ge=0, description="context window; 0 = the model's training context")
-    n_batch: int = Field(2048, ge=1)
-    n_ubatch: int = Field(512, ge=1)
-    n_seq_max: int = Field(1, ge=1)
-    n_threads: int = Field(default_factory=physical_cores, ge=1)
-    n_threads_batch: int | None = Field(None, ge=1, description="None = n_threads")
+    n_ctx: int = Field(0, ge=0, le=INT32_MAX, description="context window; 0 = the model's training context")
+    n_batch: int = Field(2048, ge=1, le=INT32_MAX)
+    n_ubatch: int = Field(512, ge=1, le=INT32_MAX)
+    n_seq_max: int = Field(1, ge=1, le=LLAMA_MAX_SEQ)
+    n_threads: int = Field(default_factory=physical_cores, ge=1, le=GGML_MAX_N_THREADS)
+    n_threads_batch: int | None = Field(None, ge=1, le=GGML_MAX_N_THREADS, description="None = n_threads")
     rope_scaling_type: RopeScalingType = RopeScalingType.UNSPECIFIED
     pooling_type: PoolingType = PoolingType.UNSPECIFIED
     attention_type: AttentionType = AttentionType.UNSPECIFIED
@@ -217,7 +236,7 @@ class ContextParams(Params):
     yarn_attn_factor: float = -1.0
     yarn_beta_fast: float = -1.0
     yarn_beta_slow: float = -1.0
-    yarn_orig_ctx: int = Field(0, ge=0)
+    yarn_orig_ctx: int = Field(0, ge=0, le=INT32_MAX)
     defrag_thold: float = -1.0
     embeddings: bool = False
     offload_kqv: bool = True
@@ -227,6 +246,10 @@ class ContextParams(Params):
     kv_unified: bool = False
     type_k: KvCacheType = KvCacheType.F16
     type_v: KvCacheType = KvCacheType.F16
+
+    def with_flash_attn(self, enabled: bool):
+        """A copy with flash attention on or off (seed 002); flash_attn_type also takes "auto"."""
+        return self.replace(flash_attn_type=FlashAttnType.ENABLED if enabled else FlashAttnType.DISABLED)
 
     @field_validator("flash_attn_type", mode="before")
     @classmethod

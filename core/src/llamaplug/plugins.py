@@ -6,17 +6,18 @@ entry-point names (``backend_cpu,mtmd``); empty means none; unset means all.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from . import hookspecs
+
+if TYPE_CHECKING:
+    from .probes import BackendSpec
 
 log = logging.getLogger("llamaplug.plugins")
 
@@ -28,33 +29,6 @@ pm.add_hookspecs(hookspecs)
 _loaded = False
 _lock = threading.Lock()
 _broken: dict[str, str] = {}
-
-
-@dataclasses.dataclass(frozen=True)
-class ProbeResult:
-    """A backend's answer to "can you run here?"."""
-
-    ok: bool
-    reason: str
-    devices: tuple[str, ...] = ()
-    variant: str | None = None
-    modules: tuple[Path, ...] = ()  # the ggml backend modules to load when ok
-
-
-@dataclasses.dataclass(frozen=True)
-class BackendSpec:
-    """A compute backend a plugin ships.
-
-    `probe` must not crash or hang the caller; it returns which module files to
-    load. `llama_cpp_commit` is the pin the modules were built from.
-    """
-
-    name: str
-    distribution: str
-    priority: int
-    probe: Callable[[], ProbeResult]
-    llama_cpp_commit: str
-    ggml_version: str
 
 
 def load_plugins() -> None:

@@ -1,12 +1,18 @@
-"""Helpers for backend plugins: find their modules, run risky probes out of process.
+"""The backend-plugin contract: what a backend plugin registers and what its probe answers.
 
-A probe that touches a GPU driver may crash or hang; `isolated` runs it in a
-child interpreter with a timeout, so the verdict is "crashed" or "timed out"
-instead of a dead caller. Verdicts are cached for the life of the process.
+A plugin's ``llamaplug_register_backends`` hook registers one `BackendSpec` per
+backend; the core calls its `probe`, which returns a `ProbeResult` naming the
+module files to load (absolute paths inside the plugin's package: the core loads
+nothing else). The helpers build specs for plugins that ship ggml modules
+(`module_backend`), find those files (`module_files`), ask ggml's own score of a
+module (`module_score`), and run a probe that touches a driver in a child
+interpreter with a timeout (`isolated`), so a crash or hang is a verdict, not a
+dead caller. Verdicts are cached for the life of the process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -17,7 +23,58 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .plugins import BackendSpec, ProbeResult
+import cffi
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeResult:
+    """A backend's answer to "can you run here?".
+
+    `mismatch` says the modules were built from another llama.cpp pin than the
+    core (reinstalling the plugin fixes it), as opposed to hardware that is not there.
+    """
+
+    ok: bool
+    reason: str
+    devices: tuple[str, ...] = ()
+    variant: str | None = None
+    modules: tuple[Path, ...] = ()  # the ggml backend modules to load when ok
+    mismatch: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendSpec:
+    """A compute backend a plugin ships.
+
+    `probe` must not crash or hang the caller; it returns which module files to
+    load. `llama_cpp_commit` is the pin the modules were built from.
+    """
+
+    name: str
+    distribution: str
+    priority: int
+    probe: Callable[[], ProbeResult]
+    llama_cpp_commit: str
+    ggml_version: str
+
+
+@functools.cache
+def _module_ffi() -> cffi.FFI:
+    """A backend module's entry points, called without registering it (ABI mode: the modules are
+    loaded by path, not linked). Built on first use: cdef needs pycparser, 30 ms at import."""
+    module_ffi = cffi.FFI()
+    module_ffi.cdef("int ggml_backend_score(void);")
+    return module_ffi
+
+
+def module_score(path: Path) -> int:
+    """ggml's own score of a backend module for this machine (0: cannot run here)."""
+    handle = _module_ffi().dlopen(str(path))
+    try:
+        return int(handle.ggml_backend_score())
+    except AttributeError:  # modules without variants have no score: they always run
+        return 1
+
 
 _MARK = "LLAMAPLUG-PROBE "
 _SUFFIX = ".dll" if sys.platform == "win32" else ".so"

@@ -24,7 +24,7 @@ def test_best_variant(flags, expected):
 
 
 def test_probe_picks_an_installed_module_that_runs_here():
-    verdict = llamaplug_backend_cpu.probe()
+    verdict = llamaplug_backend_cpu.probe.probe()
     assert verdict.ok, verdict.reason
     assert verdict.modules and verdict.modules[0].is_file()
     assert verdict.variant in variants.X86_VARIANTS

@@ -1,6 +1,7 @@
 """The Vulkan plugin's registration (no Vulkan device needed): its module is shipped, its priority set."""
 
 import llamaplug_backend_vulkan
+from llamaplug_backend_vulkan import probe
 
 from llamaplug.plugins import collect
 from llamaplug.probes import module_files
@@ -19,5 +20,5 @@ def test_driver_environment_is_named_with_missing_files(monkeypatch):
     monkeypatch.setenv("VK_ICD_FILENAMES", "/nonexistent/icd.json")
     monkeypatch.delenv("VK_DRIVER_FILES", raising=False)
     monkeypatch.delenv("VK_ADD_DRIVER_FILES", raising=False)
-    assert llamaplug_backend_vulkan._driver_env() == (
+    assert probe._driver_env() == (
         "; VK_ICD_FILENAMES=/nonexistent/icd.json (missing: /nonexistent/icd.json)")

@@ -3,41 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 import threading
 from pathlib import Path
 
-import cffi
-
-from .. import plugins
+from .. import plugins, raw
 from .._version import GGML_VERSION, LLAMA_CPP_COMMIT
-from ..errors import BackendError, BackendMismatchError, InvalidParameterError, NoBackendError
+from ..errors import BackendError, BackendMismatchError, InvalidParameterError, NoBackendError, native_error
 from ..params import NumaStrategy, physical_cores
-from ..plugins import BackendSpec, ProbeResult
+from ..probes import BackendSpec, ProbeResult
 from ..raw import ffi, lib
 from . import _native_log
 
 log = logging.getLogger("llamaplug.backend")
-
-@functools.cache
-def _module_ffi() -> cffi.FFI:
-    """A backend module's entry points, called without registering it (ABI mode: the modules are
-    loaded by path, not linked). Built on first use: cdef needs pycparser, 30 ms at import."""
-    module_ffi = cffi.FFI()
-    module_ffi.cdef("int ggml_backend_score(void);")
-    return module_ffi
-
-
-def module_score(path: Path) -> int:
-    """ggml's own score of a backend module for this machine (0: cannot run here)."""
-    handle = _module_ffi().dlopen(str(path))
-    try:
-        return int(handle.ggml_backend_score())
-    except AttributeError:  # modules without variants have no score: they always run
-        return 1
-
 
 @dataclasses.dataclass(frozen=True)
 class BackendStatus:
@@ -51,6 +30,7 @@ class BackendStatus:
     reason: str
     variant: str | None = None
     devices: tuple[str, ...] = ()
+    mismatch: bool = False  # built from another llama.cpp pin: reinstalling the plugin fixes it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +71,11 @@ class LlamaBackend:
                 instance = cls(_TOKEN)
                 _native_log.install()
                 _catch_sigint()
+                # The plugins' modules first, by absolute path: with a backend registered,
+                # llama_backend_init never runs ggml's module search (which the core's ggml is
+                # also built to skip: a libggml-*.so in the working directory would run).
+                instance._statuses = _load_backends(backends) + _trusted_env_module()
                 lib.llama_backend_init()
-                instance._statuses = _load_backends(backends)
                 cls._instance = instance
             elif backends:
                 cls._instance._require(backends)
@@ -168,7 +151,7 @@ class LlamaBackend:
             with _native_log.capture_errors() as errors:
                 server_reg = add_server(endpoint.encode())
             if server_reg == ffi.NULL:
-                raise BackendError(f"could not reach RPC server {endpoint}: {'; '.join(errors) or 'no reason'}")
+                raise native_error(BackendError, f"could not reach RPC server {endpoint}", errors)
             lib.ggml_backend_register(server_reg)
             self._rpc_servers.append(endpoint)
 
@@ -208,6 +191,35 @@ class LlamaBackend:
 
 _TOKEN = object()
 
+# ggml reads GGML_BACKEND_PATH (one more module to load) in its module search; the core's ggml
+# is built without that search, so the variable counts only where this setting says so.
+TRUST_ENV = "LLAMAPLUG_TRUST_GGML_BACKEND_PATH"
+
+
+def _trusted_env_module() -> list[BackendStatus]:
+    path = os.environ.get("GGML_BACKEND_PATH")
+    if not path:
+        return []
+    if os.environ.get(TRUST_ENV) != "1":
+        log.warning("GGML_BACKEND_PATH=%s is ignored: set %s=1 to load that module into this process",
+                    path, TRUST_ENV)
+        return [BackendStatus("GGML_BACKEND_PATH", path, 0, ok=False, loaded=False,
+                              reason=f"ignored: set {TRUST_ENV}=1 to load it")]
+    module = Path(path)
+    if not module.is_absolute() or not module.is_file():
+        raise BackendError(f"GGML_BACKEND_PATH={path} must be the absolute path of a ggml backend module file")
+    with _native_log.capture_errors() as errors:
+        reg = lib.ggml_backend_load(str(module).encode())
+    if reg == ffi.NULL:
+        raise native_error(BackendError, f"ggml could not load GGML_BACKEND_PATH={path}", errors)
+    log.warning("loaded %s from GGML_BACKEND_PATH (%s=1)", path, TRUST_ENV)
+    return [BackendStatus("GGML_BACKEND_PATH", path, 0, ok=True, loaded=True, reason=f"trusted by {TRUST_ENV}=1")]
+
+
+# The raw layer's llama_backend_init (and the capability calls that would search for modules)
+# register the installed plugins' backends through this, so seed 003's raw flow loads models.
+raw.set_backend_loader(lambda: LlamaBackend.init())
+
 
 def _catch_sigint() -> None:
     """Let Ctrl-C abort a running decode (only where Python's default SIGINT handling is in place)."""
@@ -230,7 +242,7 @@ def _verdict(spec: BackendSpec) -> ProbeResult:
         return ProbeResult(False, (
             f"built from llama.cpp {spec.llama_cpp_commit} (ggml {spec.ggml_version}), but llamaplug "
             f"{LLAMA_CPP_COMMIT} (ggml {GGML_VERSION}) needs the same pin: reinstall {spec.distribution}"
-        ))
+        ), mismatch=True)
     try:
         return spec.probe()
     except Exception as exc:  # a probe's failure is a verdict, never a crash of the caller
@@ -278,7 +290,7 @@ def _load_backends(explicit: list[str] | None) -> list[BackendStatus]:
             served.update(dict.fromkeys(verdict.devices, spec.name))
         statuses.append(BackendStatus(
             name=spec.name, distribution=spec.distribution, priority=spec.priority, ok=verdict.ok,
-            loaded=chosen, reason=reason, variant=verdict.variant, devices=verdict.devices,
+            loaded=chosen, reason=reason, variant=verdict.variant, devices=verdict.devices, mismatch=verdict.mismatch,
         ))
         log.info("backend %s: %s (%s)", spec.name, "loaded" if chosen else "not loaded", reason)
     by_name = {s.name: s for s in statuses}
@@ -288,12 +300,12 @@ def _load_backends(explicit: list[str] | None) -> list[BackendStatus]:
                 f"backend {name!r} was requested but is not installed: pip install llamaplug-backend-{name}"
             )
         if not by_name[name].loaded:
-            raise (BackendMismatchError if "reinstall" in by_name[name].reason else BackendError)(
+            raise (BackendMismatchError if by_name[name].mismatch else BackendError)(
                 f"backend {name!r} was requested but cannot run here: {by_name[name].reason}"
             )
     cpu = by_name.get("cpu")
     if cpu is None or not cpu.loaded:
         why = cpu.reason if cpu else "llamaplug-backend-cpu is not installed"
-        error = BackendMismatchError if cpu and "reinstall" in cpu.reason else NoBackendError
+        error = BackendMismatchError if cpu and cpu.mismatch else NoBackendError
         raise error(f"the CPU backend is required and could not be loaded: {why} (pip install llamaplug-backend-cpu)")
     return statuses

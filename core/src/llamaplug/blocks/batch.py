@@ -118,6 +118,13 @@ class LlamaBatch:
         self.logits[end - 1] = 1
         self.n_tokens = end
 
+    def prepare(self) -> LlamaBatch:
+        """Seed 001's step before decode: the last token produces logits (the one sampling reads)."""
+        if self.n_tokens == 0:
+            raise InvalidParameterError("the batch is empty: add tokens before prepare()", field="n_tokens")
+        self.logits[self.n_tokens - 1] = 1
+        return self
+
     def c_batch(self) -> Any:
         """The C struct (by value) covering the filled part."""
         self._c.n_tokens = self.n_tokens

@@ -18,86 +18,21 @@ from ..errors import (
     ContextTooLargeError,
     InvalidParameterError,
     StateError,
+    native_error,
     raise_for_status,
 )
 from ..params import ContextParams, SamplerParams
+from ..plugins import pm
 from ..raw import ffi, lib
 from . import _native_log
 from ._handle import NativeHandle
 from ._threadpool import ThreadPools
 from .batch import LlamaBatch
-from .model import LlamaModel, _read_string
-
-# Host bytes llama.cpp value-initialises per KV cell before it allocates the cache
-# tensors (llama_kv_cells: pos, shift, ext{x, y, tok}, std::bitset<LLAMA_MAX_SEQ=256>).
-_HOST_BYTES_PER_CELL = 4 + 4 + 12 + 256 // 8
-
-
-def _memory_available() -> int:
-    """Bytes a new allocation could get now: available RAM + free swap + free memory of non-CPU devices."""
-    host = 0
-    try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-        host = sum(int(fields[k].split()[0]) * 1024 for k in ("MemAvailable", "SwapFree") if k in fields)
-    except (OSError, ValueError):
-        pass
-    if not host:  # not Linux: all of RAM
-        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    devices = 0
-    free, total = ffi.new("size_t *"), ffi.new("size_t *")
-    for i in range(lib.ggml_backend_dev_count()):
-        dev = lib.ggml_backend_dev_get(i)
-        if lib.ggml_backend_dev_type(dev) != lib.GGML_BACKEND_DEVICE_TYPE_CPU:
-            lib.ggml_backend_dev_memory(dev, free, total)
-            devices += int(free[0])
-    return host + devices
-
-
-def _kv_bytes_per_cell(p: ContextParams, model: LlamaModel) -> int:
-    """A lower bound of the KV-cache tensor bytes per cell (0 where the layout is not plain attention)."""
-    if lib.llama_model_is_hybrid(model._ptr):
-        return 0  # only some layers have a KV cache
-
-    def meta(key: str) -> str:
-        return _read_string(lambda buf, n: lib.llama_model_meta_val_str(model._ptr, key.encode(), buf, n))
-
-    arch = meta("general.architecture")
-    if meta(f"{arch}.attention.kv_lora_rank"):
-        return 0  # MLA caches a compressed latent, not per-head K/V
-    n_head = model.n_head
-    try:
-        k_len = int(meta(f"{arch}.attention.key_length") or (model.n_embd // n_head if n_head else 0))
-        v_len = int(meta(f"{arch}.attention.value_length") or k_len)
-    except ValueError:
-        return 0
-    layers = 1 if lib.llama_model_n_swa(model._ptr) > 0 else model.n_layer  # SWA layers are capped
-    per_value = 2  # F16 bytes
-    return int(layers * int(lib.llama_model_n_head_kv(model._ptr))
-               * (k_len * per_value * p.type_k.memory_factor + v_len * per_value * p.type_v.memory_factor))
-
-
-def _check_fits(p: ContextParams, model: LlamaModel) -> None:
-    """Refuse a context whose KV cache cannot fit in the memory there is now.
-
-    llama.cpp zero-fills its per-cell bookkeeping (about 52 bytes a cell) and
-    then the cache tensors, so a huge n_ctx touches gigabytes of RAM before it
-    fails, or is killed (on a 24 GB machine n_ctx=2**31-1 ends in std::bad_alloc
-    after 30 s and 8 GB, n_ctx=2**30 runs for minutes). The estimate is a lower
-    bound, compared with available RAM + free swap + free device memory (summed,
-    so generous): it refuses only what cannot be allocated.
-    """
-    if lib.llama_model_is_recurrent(model._ptr):
-        return  # the recurrent state does not grow with n_ctx
-    n_ctx = p.n_ctx or model.n_ctx_train
-    per_cell = _HOST_BYTES_PER_CELL + _kv_bytes_per_cell(p, model)
-    need = n_ctx * per_cell
-    limit = _memory_available()
-    if need > limit:
-        raise ContextTooLargeError(
-            f"n_ctx={n_ctx} needs at least {need / 2**30:.1f} GiB for the KV cache of {model.path.name} "
-            f"({per_cell} bytes per token), more than the {limit / 2**30:.1f} GiB of memory available "
-            f"(RAM, swap and devices); lower n_ctx (at most about {limit // per_cell})"
-        )
+from .c_params import context_c_params
+from .memory import check_fits
+from .model import LlamaModel
+from .sampling import SamplerChain
+from .state import check_state_file, check_state_head
 
 
 def _interrupted() -> None:
@@ -114,73 +49,6 @@ def _run_pending_signal_handlers() -> None:
     return None
 
 
-_MAX_ARCH_NAME = 256  # llama.cpp's architecture names are short
-_SESSION_MAGIC, _SESSION_VERSION = 0x6767736E, 10  # LLAMA_SESSION_MAGIC ("ggsn"), LLAMA_SESSION_VERSION
-
-
-def _check_state_head(head: bytes, size: int, what: str) -> None:
-    """A state starts with the architecture name, a uint32 length first.
-
-    llama_io_read_i::read_string allocates (and zero-fills) that length before it reads: junk
-    there makes llama_state_set_data / llama_state_load_file touch up to 4 GiB and take minutes.
-    """
-    if len(head) < 4:
-        raise StateError(f"{what} is too short to be a llama.cpp state ({size} bytes)")
-    n = int.from_bytes(head[:4], "little")
-    if n > min(size - 4, _MAX_ARCH_NAME):
-        raise StateError(f"{what} is not a llama.cpp state (it starts with an architecture name of {n} bytes)")
-
-
-def _check_state_file(path: Path) -> None:
-    """The same check for a session file (magic, version, token count, tokens, then the state)."""
-    size = path.stat().st_size
-    with path.open("rb") as fh:
-        head = fh.read(12)
-        if len(head) < 12:
-            return  # llama.cpp reports the short file
-        magic, version, n_tokens = int.from_bytes(head[:4], "little"), int.from_bytes(head[4:8], "little"), \
-            int.from_bytes(head[8:12], "little")
-        if magic != _SESSION_MAGIC or version != _SESSION_VERSION or 12 + 4 * n_tokens > size:
-            return  # refused by llama.cpp with its own message
-        fh.seek(12 + 4 * n_tokens)
-        _check_state_head(fh.read(4), size - 12 - 4 * n_tokens, f"state file {path}")
-
-
-GGML_MAX_N_THREADS = 512  # ggml.h; llama_decode segfaults with more threads (n_threads=100000 does)
-
-
-def _check_threads(n_threads: int, n_threads_batch: int | None) -> None:
-    for name, value in (("n_threads", n_threads), ("n_threads_batch", n_threads_batch)):
-        if value is not None and value > GGML_MAX_N_THREADS:
-            raise InvalidParameterError(f"{name}={value} exceeds ggml's limit of {GGML_MAX_N_THREADS} threads",
-                                        field=name)
-
-
-def context_c_params(p: ContextParams) -> Any:
-    """llama_context_params for p, checked where llama.cpp would misbehave."""
-    c = lib.llama_context_default_params()
-    max_seq = int(lib.llama_max_parallel_sequences())
-    if p.n_seq_max > max_seq:
-        raise InvalidParameterError(f"n_seq_max={p.n_seq_max} exceeds llama.cpp's limit of {max_seq}",
-                                    field="n_seq_max")
-    if p.n_ctx > 0x7FFFFFFF:
-        raise InvalidParameterError(f"n_ctx={p.n_ctx} is not a valid context size", field="n_ctx")
-    for name in ("n_batch", "n_ubatch", "yarn_orig_ctx"):  # uint32 in C: cffi would raise OverflowError
-        if getattr(p, name) > 0x7FFFFFFF:
-            raise InvalidParameterError(f"{name}={getattr(p, name)} is too large", field=name)
-    _check_threads(p.n_threads, p.n_threads_batch)
-    for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "n_threads", "yarn_ext_factor",
-                 "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "defrag_thold",
-                 "rope_freq_base", "rope_freq_scale", "embeddings", "offload_kqv", "no_perf", "op_offload",
-                 "swa_full", "kv_unified"):
-        setattr(c, name, getattr(p, name))
-    c.n_threads_batch = p.n_threads_batch or p.n_threads
-    c.abort_callback = lib.llamaplug_abort_on_interrupt
-    for name in ("rope_scaling_type", "pooling_type", "attention_type", "flash_attn_type", "type_k", "type_v"):
-        setattr(c, name, int(getattr(p, name)))
-    return c
-
-
 class LlamaContext(NativeHandle):
     """A context on `model`; closed automatically when the model is closed."""
 
@@ -189,15 +57,15 @@ class LlamaContext(NativeHandle):
     def __init__(self, model: LlamaModel, params: ContextParams | None = None):
         self.params = params = params or ContextParams()
         c = context_c_params(params)
-        _check_fits(params, model)
+        check_fits(params, model)
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_init_from_model(model._ptr, c)
         if ptr == ffi.NULL:
-            raise ContextTooLargeError(
+            raise native_error(
+                ContextTooLargeError,
                 f"could not create a context with n_ctx={params.n_ctx or model.n_ctx_train}, "
-                f"n_batch={params.n_batch}, n_seq_max={params.n_seq_max} for {model.path.name}: "
-                f"{'; '.join(errors[-3:]) or 'llama.cpp gave no reason'} (lower n_ctx or n_batch)"
-            )
+                f"n_batch={params.n_batch}, n_seq_max={params.n_seq_max} for {model.path.name}", errors,
+                hint="lower n_ctx or n_batch")
         self._pools = pools = ThreadPools(c.n_threads, c.n_threads_batch)
         pools.attach(ptr)
 
@@ -217,9 +85,11 @@ class LlamaContext(NativeHandle):
         self._one.add(0, 0, (0,), True)
         # Which tokens of the last batch produced outputs, to check get_logits_ith's index.
         self._outputs = np.zeros(0, dtype=np.int8)
-        from ..plugins import pm
-
         pm.hook.llamaplug_context_created(context=self)
+
+    def raw_handle(self) -> Any:
+        """The `llama_context *` for the raw layer (valid while this context is open)."""
+        return self._ptr
 
     # -- sizes ---------------------------------------------------------------
     @property
@@ -239,9 +109,9 @@ class LlamaContext(NativeHandle):
         return int(lib.llama_n_seq_max(self._ptr))
 
     def set_n_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
-        if n_threads < 1 or (n_threads_batch is not None and n_threads_batch < 1):
-            raise InvalidParameterError("thread counts must be >= 1", field="n_threads")
-        _check_threads(n_threads, n_threads_batch)
+        # The same bounds as ContextParams' fields.
+        checked = self.params.replace(n_threads=n_threads, n_threads_batch=n_threads_batch)
+        n_threads, n_threads_batch = checked.n_threads, checked.n_threads_batch
         self._pools.resize(self._ptr, n_threads, n_threads_batch or n_threads)
         lib.llama_set_n_threads(self._ptr, n_threads, n_threads_batch or n_threads)
 
@@ -290,7 +160,7 @@ class LlamaContext(NativeHandle):
             rc = lib.llama_decode(self._ptr, batch.c_batch())
         if rc == 2:
             _interrupted()
-        raise_for_status("llama_decode", rc, n_tokens=batch.n_tokens, detail="; ".join(errors[-2:]))
+        raise_for_status("llama_decode", rc, n_tokens=batch.n_tokens, native=errors)
         self._outputs = batch.logits[: batch.n_tokens].copy()
         self.n_past = max(self.n_past, int(batch.pos[: batch.n_tokens].max()) + 1)
 
@@ -432,10 +302,17 @@ class LlamaContext(NativeHandle):
         lib.llama_memory_seq_keep(self._memory, seq_id)
 
     def kv_cache_seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """Add `delta` to the positions in [p0, p1) of `seq_id` (seed 004's kv_cache_seq_shift).
+
+        The sliding window: drop [keep, keep + n) with kv_cache_seq_rm, shift what follows
+        by -n; n_past then follows sequence 0's new end, so decoding goes on after it.
+        """
         self._check_seq(seq_id)
         if not lib.llama_memory_can_shift(self._memory):
             raise InvalidParameterError("this model's memory cannot shift positions", field="delta")
         lib.llama_memory_seq_add(self._memory, seq_id, p0, p1, delta)
+        if seq_id == 0:
+            self.n_past = int(lib.llama_memory_seq_pos_max(self._memory, 0)) + 1
 
     kv_cache_seq_shift = kv_cache_seq_add
 
@@ -463,12 +340,12 @@ class LlamaContext(NativeHandle):
     def state_set(self, data: bytes, n_past: int | None = None) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)) or not len(data):
             raise StateError("state must be non-empty bytes from state_get()")
-        _check_state_head(bytes(memoryview(data)[:4]), len(data), "the state data")
+        check_state_head(bytes(memoryview(data)[:4]), len(data), "the state data")
         with _native_log.capture_errors() as errors:
             read = lib.llama_state_set_data(self._ptr, ffi.from_buffer("uint8_t[]", data), len(data))
         if read == 0:
             self._resync()  # llama.cpp may have cleared or half-written the cache before it gave up
-            raise StateError(f"llama.cpp rejected the state ({len(data)} bytes): {'; '.join(errors) or 'no reason'}")
+            raise native_error(StateError, f"llama.cpp rejected the state ({len(data)} bytes)", errors)
         self.n_past = self.kv_cache_seq_pos_max(0) + 1 if n_past is None else n_past
         self._outputs = np.zeros(0, dtype=np.int8)  # llama.cpp does not restore logits: decode first
 
@@ -490,7 +367,7 @@ class LlamaContext(NativeHandle):
         source = Path(path)
         if not source.is_file():
             raise StateError(f"state file not found: {source}")
-        _check_state_file(source)
+        check_state_file(source)
         capacity = self.n_ctx
         tokens = ffi.new("llama_token[]", capacity)
         n = ffi.new("size_t *")
@@ -498,7 +375,7 @@ class LlamaContext(NativeHandle):
             ok = lib.llama_state_load_file(self._ptr, str(source).encode(), tokens, capacity, n)
         if not ok:
             self._resync()
-            raise StateError(f"could not load state from {source}: {'; '.join(errors) or 'no reason given'}")
+            raise native_error(StateError, f"could not load state from {source}", errors)
         self.n_past = int(n[0])
         return ffi.unpack(tokens, int(n[0]))
 
@@ -517,8 +394,6 @@ class LlamaContext(NativeHandle):
         return self.generate_with_params(prompt_tokens, max_tokens, SamplerParams())
 
     def generate_with_params(self, prompt_tokens: Any, max_tokens: int, sampler_params: SamplerParams) -> str:
-        from .sampling import SamplerChain
-
         if max_tokens < 0:
             raise InvalidParameterError(f"max_tokens must be >= 0, got {max_tokens}", field="max_tokens")
         tokens = self.model.check_tokens(prompt_tokens)

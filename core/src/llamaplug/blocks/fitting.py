@@ -12,9 +12,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..errors import native_reason
 from ..params import ContextParams, ModelParams
 from ..raw import ffi, lib
 from . import _native_log
+from .backend import LlamaBackend
+from .c_params import context_c_params
+from .memory import HOST_BYTES_PER_CELL, memory_available
 
 _STATUS = {0: "fitted", 1: "could not fit"}  # 2: an error
 MIB = 1024 * 1024
@@ -22,13 +26,17 @@ MIB = 1024 * 1024
 
 @dataclasses.dataclass(frozen=True)
 class FitResult:
-    """What the fit chose: n_gpu_layers, the context size and the per-device split."""
+    """What the fit chose: n_gpu_layers, the context (its size) and the per-device split."""
 
     status: str
     n_gpu_layers: int
-    n_ctx: int
+    context: ContextParams  # the context the fit made room for, n_ctx=0 resolved to the size it chose
     tensor_split: tuple[float, ...]
     n_overrides: int
+
+    @property
+    def n_ctx(self) -> int:
+        return self.context.n_ctx
 
 
 def wanted(model: ModelParams, context: ContextParams) -> bool:
@@ -38,19 +46,18 @@ def wanted(model: ModelParams, context: ContextParams) -> bool:
     allocates its per-cell bookkeeping, so a context that could never exist is left
     to LlamaContext's own check instead of being measured.
     """
-    from .backend import LlamaBackend
-    from .context import _HOST_BYTES_PER_CELL, _memory_available
-
-    if model.n_gpu_layers != "auto" or model.vocab_only:
+    if not model.fit_layers:
         return False
-    if context.n_ctx * _HOST_BYTES_PER_CELL > _memory_available():
+    if context.n_ctx * HOST_BYTES_PER_CELL > memory_available():
         return False
     offload = model.devices if model.devices is not None else LlamaBackend.init().offload_devices()
     return bool(offload) or context.n_ctx == 0
 
 
-def fit(path: str, c_model: Any, c_context: Any, target_mib: list[int], n_ctx_min: int) -> tuple[FitResult, list[Any]]:
-    """Fit c_model/c_context in place; returns the result and buffers c_model now points into."""
+def fit(path: str, c_model: Any, context: ContextParams, target_mib: list[int],
+        n_ctx_min: int) -> tuple[FitResult, list[Any]]:
+    """Fit c_model (in place) and `context`; returns the result and buffers c_model now points into."""
+    c_context = context_c_params(context)
     n_dev = int(lib.llama_max_devices())
     split = ffi.new("float[]", n_dev)
     overrides = ffi.new("struct llama_model_tensor_buft_override[]", int(lib.llama_max_tensor_buft_overrides()))
@@ -61,7 +68,7 @@ def fit(path: str, c_model: Any, c_context: Any, target_mib: list[int], n_ctx_mi
                                       overrides, margins, n_ctx_min)
     # An error here (an unreadable file, a context that cannot exist) is left to the real load,
     # which names it precisely; llama.cpp's CLI also goes on with the parameters as given.
-    status = _STATUS.get(rc) or f"error: {'; '.join(errors[-2:]) or 'llama.cpp gave no reason'}"
+    status = _STATUS.get(rc) or f"error: {native_reason(errors, 2)}"
     n_overrides = 0
     if c_model.tensor_buft_overrides != ffi.NULL:
         while overrides[n_overrides].pattern != ffi.NULL:
@@ -69,5 +76,6 @@ def fit(path: str, c_model: Any, c_context: Any, target_mib: list[int], n_ctx_mi
     shares = [float(split[i]) for i in range(n_dev)] if c_model.tensor_split == split else []
     while shares and shares[-1] == 0:
         shares.pop()
-    result = FitResult(status, int(c_model.n_gpu_layers), int(c_context.n_ctx), tuple(shares), n_overrides)
+    fitted = context.replace(n_ctx=int(c_context.n_ctx)) if context.n_ctx == 0 and c_context.n_ctx else context
+    result = FitResult(status, int(c_model.n_gpu_layers), fitted, tuple(shares), n_overrides)
     return result, [split, overrides, margins]

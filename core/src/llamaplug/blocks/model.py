@@ -8,43 +8,35 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BackendNotInitialisedError, InvalidModelError, InvalidParameterError, InvalidTokenError
+from ..errors import (
+    BackendNotInitialisedError,
+    InvalidModelError,
+    InvalidParameterError,
+    InvalidTokenError,
+    native_error,
+)
 from ..params import ContextParams, ModelParams
+from ..plugins import pm
 from ..raw import ffi, lib
 from . import _native_log, fitting
 from ._handle import NativeHandle
+from ._text import encode_text, read_string
 from .backend import LlamaBackend
+from .c_params import model_c_params
 from .fitting import FitResult
 from .gguf_header import TENSOR_ALIGNMENT, inspect_model
-
-
-def encode_text(text: str, what: str = "text") -> bytes:
-    """UTF-8 of user text; unencodable input (lone surrogates) is an error, never silently replaced."""
-    if not isinstance(text, str):
-        raise InvalidParameterError(f"{what} must be str, got {type(text).__name__}", field=what)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidParameterError(
-            f"{what} is not valid Unicode at character {exc.start} ({text[exc.start:exc.end]!r}): {exc.reason}",
-            field=what,
-        ) from None
-
-
-def _offload_device(name: str) -> Any:
-    dev = lib.ggml_backend_dev_by_name(name.encode()) if isinstance(name, str) else ffi.NULL
-    if dev == ffi.NULL or lib.ggml_backend_dev_type(dev) == lib.GGML_BACKEND_DEVICE_TYPE_CPU:
-        usable = LlamaBackend.init().offload_devices()
-        why = "the CPU is always used; devices lists where to offload" if dev != ffi.NULL else "no such device"
-        raise InvalidParameterError(f"devices: {name!r}: {why} (offload devices here: {usable or 'none'})",
-                                    field="devices")
-    return dev
 
 
 class LlamaModel(NativeHandle):
     """A loaded model. Outlives its contexts: closing it closes them first."""
 
     _what = "model"
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], params: ModelParams | None = None) -> LlamaModel:
+        """Initialise the backend if needed (as Llama.load does) and load `path` (seed 004's Model::load)."""
+        LlamaBackend.init()
+        return cls(path, params)
 
     def __init__(self, path: str | os.PathLike[str], params: ModelParams | None = None,
                  context: ContextParams | None = None):
@@ -56,7 +48,7 @@ class LlamaModel(NativeHandle):
         header = inspect_model(path)
         self.path = header.path
         self.params = params or ModelParams()
-        c_params, keep_alive = self._c_params(self.params)
+        c_params, keep_alive = model_c_params(self.params)
         if not header.mmap_aligned and c_params.load_mode in (-1, 1, 3):  # AUTO, MMAP, MMAP_MLOCK
             # llama.cpp's file-path loader mmaps tensor data at any file offset and then aborts in
             # ggml_backend_cpu_buffer_from_ptr (GGML_ASSERT "buffer pointer must be aligned"); only its
@@ -69,17 +61,14 @@ class LlamaModel(NativeHandle):
         self.fit: FitResult | None = None
         context = context or ContextParams()
         if fitting.wanted(self.params, context):
-            from .context import context_c_params
-
-            self.fit, buffers = fitting.fit(str(self.path), c_params, context_c_params(context),
-                                            self.params.fit_target_mib, self.params.fit_min_ctx)
+            self.fit, buffers = fitting.fit(str(self.path), c_params, context, self.params.fit_target_mib,
+                                            self.params.fit_min_ctx)
             keep_alive += buffers
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_model_load_from_file(str(self.path).encode(), c_params)
         del keep_alive
         if ptr == ffi.NULL:
-            detail = "; ".join(errors[-3:]) or "llama.cpp gave no reason"
-            raise InvalidModelError(f"llama.cpp could not load {self.path}: {detail}")
+            raise native_error(InvalidModelError, f"llama.cpp could not load {self.path}", errors)
         self._adopt(ptr, lib.llama_model_free)
         self._vocab = lib.llama_model_get_vocab(ptr)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
@@ -90,37 +79,7 @@ class LlamaModel(NativeHandle):
         self._eog: dict[int, bool] = {}
         self._byte_gaps = header.byte_gaps if int(lib.llama_vocab_type(self._vocab)) == lib.LLAMA_VOCAB_TYPE_SPM \
             else None
-        from ..plugins import pm
-
         pm.hook.llamaplug_model_loaded(model=self)
-
-    @staticmethod
-    def _c_params(params: ModelParams) -> tuple[Any, list[Any]]:
-        c = lib.llama_model_default_params()
-        # "auto" leaves llama.cpp's default (-1) for the fit to lower; "all" and -1 mean every layer.
-        c.n_gpu_layers = -1 if isinstance(params.n_gpu_layers, str) else params.n_gpu_layers
-        c.split_mode = int(params.split_mode)
-        c.main_gpu = params.main_gpu
-        c.load_mode = params.load_mode
-        c.vocab_only = params.vocab_only
-        c.check_tensors = params.check_tensors
-        keep: list[Any] = []
-        if params.tensor_split is not None:
-            n = int(lib.llama_max_devices())
-            if len(params.tensor_split) > n:
-                raise InvalidParameterError(
-                    f"tensor_split has {len(params.tensor_split)} entries, llama.cpp takes at most {n}",
-                    field="tensor_split",
-                )
-            split = ffi.new("float[]", n)
-            split[0:len(params.tensor_split)] = params.tensor_split
-            c.tensor_split = split
-            keep.append(split)
-        if params.devices is not None:
-            chosen = ffi.new("ggml_backend_dev_t[]", [_offload_device(name) for name in params.devices] + [ffi.NULL])
-            c.devices = chosen
-            keep.append(chosen)
-        return c, keep
 
     # -- tokens ------------------------------------------------------------
     def check_token(self, token: int) -> int:
@@ -181,26 +140,30 @@ class LlamaModel(NativeHandle):
             size = -n
         raise InvalidParameterError("detokenization failed", field="tokens")
 
-    def token_to_piece(self, token: int, special: bool = False) -> bytes:
-        """The raw bytes of one token (may be part of a UTF-8 character)."""
-        if not special and self._raw is not None:
+    def token_to_piece(self, token: int, special: bool = False, lstrip: int = 0) -> bytes:
+        """The raw bytes of one token (may be part of a UTF-8 character); `lstrip` leading spaces dropped."""
+        plain = not special and not lstrip
+        if plain and self._raw is not None:
             piece = self._pieces.get(token)
             if piece is not None:
                 return piece
         self.check_token(token)
+        if not 0 <= lstrip <= 0x7FFFFFFF:
+            raise InvalidParameterError(f"lstrip must be a count of spaces >= 0, got {lstrip}", field="lstrip")
         self._check_vocab(False)
         buf = ffi.new("char[]", 64)
-        n = lib.llama_token_to_piece(self._vocab_ptr, token, buf, 64, 0, special)
+        n = lib.llama_token_to_piece(self._vocab_ptr, token, buf, 64, lstrip, special)
         if n < 0:
             buf = ffi.new("char[]", -n)
-            n = lib.llama_token_to_piece(self._vocab_ptr, token, buf, -n, 0, special)
+            n = lib.llama_token_to_piece(self._vocab_ptr, token, buf, -n, lstrip, special)
         piece = ffi.unpack(buf, n)
-        if not special:
+        if plain:
             self._pieces[token] = piece
         return piece
 
-    def token_to_str(self, token: int, special: bool = False) -> str:
-        return self.token_to_piece(token, special).decode("utf-8", "replace")
+    def token_to_str(self, token: int, lstrip: int = 0, special: bool = False) -> str:
+        """Text of one token (seed 004's argument order: token, lstrip, special); a partial character is U+FFFD."""
+        return self.token_to_piece(token, special, lstrip).decode("utf-8", "replace")
 
     def token_is_eog(self, token: int) -> bool:
         if self._raw is not None:
@@ -281,7 +244,7 @@ class LlamaModel(NativeHandle):
 
     @property
     def desc(self) -> str:
-        return _read_string(lambda buf, n: lib.llama_model_desc(self._ptr, buf, n))
+        return read_string(lambda buf, n: lib.llama_model_desc(self._ptr, buf, n))
 
     @property
     def chat_template(self) -> str | None:
@@ -294,8 +257,8 @@ class LlamaModel(NativeHandle):
         ptr = self._ptr
         out = {}
         for i in range(lib.llama_model_meta_count(ptr)):
-            key = _read_string(lambda buf, n, i=i: lib.llama_model_meta_key_by_index(ptr, i, buf, n))
-            out[key] = _read_string(lambda buf, n, i=i: lib.llama_model_meta_val_str_by_index(ptr, i, buf, n))
+            key = read_string(lambda buf, n, i=i: lib.llama_model_meta_key_by_index(ptr, i, buf, n))
+            out[key] = read_string(lambda buf, n, i=i: lib.llama_model_meta_val_str_by_index(ptr, i, buf, n))
         return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -305,7 +268,7 @@ class LlamaModel(NativeHandle):
         with _native_log.capture_errors() as errors:
             lib.llama_model_save_to_file(self._ptr, str(target).encode())
         if not target.is_file():
-            raise InvalidModelError(f"llama.cpp did not write {target}: {'; '.join(errors) or 'no reason given'}")
+            raise native_error(InvalidModelError, f"llama.cpp did not write {target}", errors)
         return target
 
     def __repr__(self) -> str:
@@ -337,13 +300,3 @@ def _vocab_problems(vocab: Any, path: Path) -> tuple[str | None, str | None]:
         return None, (f"{path.name}'s vocabulary adds {'/'.join(missing)} tokens but has none: "
                       "tokenize with add_bos=False")
     return None, None
-
-
-def _read_string(fill: Any, size: int = 256) -> str:
-    """Call a llama.cpp snprintf-style getter, growing the buffer once if needed."""
-    buf = ffi.new("char[]", size)
-    n = fill(buf, size)
-    if n >= size:
-        buf = ffi.new("char[]", n + 1)
-        n = fill(buf, n + 1)
-    return "" if n < 0 else ffi.string(buf).decode("utf-8", "replace")

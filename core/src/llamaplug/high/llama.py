@@ -14,7 +14,7 @@ from ..blocks.context import LlamaContext
 from ..blocks.model import LlamaModel
 from ..blocks.sampling import LlamaSampler, SamplerChain
 from ..errors import ContextOverflowError, InvalidParameterError
-from ..params import ContextParams, LlamaParams
+from ..params import LlamaParams
 from .completion import (
     Completion,
     CompletionChunk,
@@ -42,11 +42,9 @@ class Llama:
         backend = LlamaBackend.init(params.backends)
         for endpoint in params.rpc_servers:
             backend.add_rpc_server(endpoint)
-        context_params = params.context_params()
-        model = LlamaModel(params.model_path, params.model_params(), context_params)
-        if model.fit is not None and params.n_ctx == 0 and model.fit.n_ctx:
-            # The fit sized the context that n_ctx=0 left to it (as llama-cli does).
-            context_params = ContextParams(**{**context_params.model_dump(), "n_ctx": model.fit.n_ctx})
+        model = LlamaModel(params.model_path, params.model_params(), params.context_params())
+        # The fit sized the context that n_ctx=0 left to it (as llama-cli does).
+        context_params = model.fit.context if model.fit is not None else params.context_params()
         try:
             context = LlamaContext(model, context_params)
         except BaseException:
@@ -91,9 +89,11 @@ class Llama:
         """Complete `prompt` (text, or token ids).
 
         max_tokens=None generates until EOS or a full context. The default
-        sampler is greedy. `special=True` parses control-token text in the
-        prompt. With stream=True, returns an iterator of CompletionChunk whose
-        texts join to the non-streamed text.
+        sampler is greedy; a SamplerChain that ends without a selecting sampler
+        gets dist(LlamaParams.seed) appended (unless it was given its own
+        seed). `special=True` parses control-token text in the prompt. With
+        stream=True, returns an iterator of CompletionChunk whose texts join to
+        the non-streamed text.
         """
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
             raise InvalidParameterError(f"max_tokens must be a non-negative int or None, got {max_tokens!r}",
@@ -122,6 +122,8 @@ class Llama:
         own_sampler = sampler is None
         if own_sampler:
             sampler = SamplerChain().greedy()
+        elif isinstance(sampler, SamplerChain):
+            sampler.select_with(self.params.seed)  # for the dist appended to a chain that selects nothing
         assert sampler is not None
         try:
             t0 = time.perf_counter()

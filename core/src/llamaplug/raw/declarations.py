@@ -49,11 +49,14 @@ static void llamaplug_log_discard(enum ggml_log_level, const char *, void *);
 static int llamaplug_install_sigint(void);
 static bool llamaplug_abort_on_interrupt(void *);
 static int llamaplug_take_interrupt(void);
+static int llamaplug_sampler_sample(struct llama_sampler *, struct llama_context *, int32_t, llama_token_data *,
+                                    size_t, llama_token *);
 int llamaplug_fit_params(const char *, struct llama_model_params *, struct llama_context_params *, float *,
                          struct llama_model_tensor_buft_override *, size_t *, uint32_t);
 """
 C_HELPERS_SOURCE = """
 #include "ggml-cpu.h"
+#include <math.h>
 #include <signal.h>
 
 /* core/native/fit_shim.cpp, in libllamaplug-fit: llama.cpp's common/fit.cpp behind one C function. */
@@ -100,6 +103,52 @@ static int llamaplug_take_interrupt(void) {
     int was = llamaplug_interrupted;
     llamaplug_interrupted = 0;
     return was;
+}
+
+/* llama_sampler_sample of the pin, with a status where it would GGML_ASSERT (abort the
+   process): 1 = no sampler selected a candidate, 2 = no logits at idx, 3 = more candidates
+   than `cap`, 4 = the selected candidate was removed (logit -inf or NaN: every token was
+   masked). `buf` is the caller's candidate buffer, reused across calls. */
+static int llamaplug_sampler_sample(struct llama_sampler * smpl, struct llama_context * ctx, int32_t idx,
+                                    llama_token_data * buf, size_t cap, llama_token * out) {
+    const llama_token sampled = llama_get_sampled_token_ith(ctx, idx);
+    if (sampled != LLAMA_TOKEN_NULL) {
+        llama_sampler_accept(smpl, sampled);
+        *out = sampled;
+        return 0;
+    }
+    const float * probs = llama_get_sampled_probs_ith(ctx, idx);
+    const float * sampled_logits = llama_get_sampled_logits_ith(ctx, idx);
+    const llama_token * ids = llama_get_sampled_candidates_ith(ctx, idx);
+    size_t n;
+    if (probs) {
+        n = llama_get_sampled_probs_count_ith(ctx, idx);
+        if (n > cap) return 3;
+        for (size_t i = 0; i < n; i++) {
+            buf[i].id = ids[i]; buf[i].logit = sampled_logits[i]; buf[i].p = probs[i];
+        }
+    } else if (sampled_logits) {
+        n = llama_get_sampled_logits_count_ith(ctx, idx);
+        if (n > cap) return 3;
+        for (size_t i = 0; i < n; i++) {
+            buf[i].id = ids[i]; buf[i].logit = sampled_logits[i]; buf[i].p = 0.0f;
+        }
+    } else {
+        const float * logits = llama_get_logits_ith(ctx, idx);
+        if (!logits) return 2;
+        n = (size_t) llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+        if (n > cap) return 3;
+        for (size_t i = 0; i < n; i++) {
+            buf[i].id = (llama_token) i; buf[i].logit = logits[i]; buf[i].p = 0.0f;
+        }
+    }
+    llama_token_data_array cur = { buf, n, -1, false };
+    llama_sampler_apply(smpl, &cur);
+    if (cur.selected < 0 || cur.selected >= (int64_t) cur.size) return 1;
+    if (!(cur.data[cur.selected].logit > -INFINITY)) return 4;
+    *out = cur.data[cur.selected].id;
+    llama_sampler_accept(smpl, *out);
+    return 0;
 }
 """
 

@@ -1,43 +1,23 @@
-"""llamaplug's CPU backend: ggml's CPU module(s), built from the pinned llama.cpp."""
+"""llamaplug's CPU backend: ggml's CPU module(s), built from the pinned llama.cpp.
+
+The probe runs in process: it only asks each installed variant for ggml's score.
+"""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from llamaplug import hookimpl
-from llamaplug.plugins import BackendSpec, ProbeResult
+from llamaplug.probes import BackendSpec
 
-from ._build_info import GGML_VERSION, LLAMA_CPP_COMMIT
+from . import probe
 
 LIB = Path(__file__).resolve().parent / "lib"
-_SUFFIX = {"darwin": ".so", "win32": ".dll"}.get(sys.platform, ".so")
-
-
-def modules() -> list[Path]:
-    return sorted(LIB.glob(f"*ggml-cpu-*{_SUFFIX}"))
-
-
-def probe() -> ProbeResult:
-    """Pick the best installed variant by ggml's own score for this CPU."""
-    from llamaplug.blocks.backend import module_score
-
-    found = modules()
-    if not found:
-        return ProbeResult(False, f"no CPU backend module in {LIB}: reinstall llamaplug-backend-cpu")
-    scored = sorted(((module_score(path), path) for path in found), reverse=True)
-    score, best = scored[0]
-    if score <= 0:
-        names = ", ".join(p.name for p in found)
-        return ProbeResult(False, f"none of the installed CPU variants ({names}) runs on this CPU")
-    variant = best.name.split("ggml-cpu-", 1)[1].removesuffix(_SUFFIX)
-    return ProbeResult(True, f"variant {variant} ({len(found)} installed)", devices=("CPU",),
-                       variant=variant, modules=(best,))
 
 
 @hookimpl
 def llamaplug_register_backends(register):
-    register(BackendSpec(
-        name="cpu", distribution="llamaplug-backend-cpu", priority=0, probe=probe,
-        llama_cpp_commit=LLAMA_CPP_COMMIT, ggml_version=GGML_VERSION,
-    ))
+    from . import _build_info  # written by the build
+
+    register(BackendSpec(name="cpu", distribution="llamaplug-backend-cpu", priority=0, probe=probe.probe,
+                         llama_cpp_commit=_build_info.LLAMA_CPP_COMMIT, ggml_version=_build_info.GGML_VERSION))

@@ -12,13 +12,15 @@ from pathlib import Path
 from llamaplug import hookimpl
 from llamaplug.probes import module_backend
 
-from . import _build_info
+from . import probe
 
 LIB = Path(__file__).resolve().parent / "lib"
 
 
 @hookimpl
 def llamaplug_register_backends(register):
-    # No hardware to probe: the module runs anywhere; servers are added per model (LlamaParams.rpc_servers).
+    from . import _build_info  # written by the build
+
+    # In process: nothing here touches a driver.
     register(module_backend(name="rpc", distribution="llamaplug-backend-rpc", priority=10, lib_dir=LIB,
-                            build_info=_build_info))
+                            build_info=_build_info, check=probe.probe))
