@@ -55,7 +55,10 @@ CHILD = textwrap.dedent("""
             for p in args["prompts"]
         ]
         out["completion_s"] = time.monotonic() - t0
-        out["fit"] = dataclasses.asdict(llama.model.fit) if llama.model.fit else None
+        fit = llama.model.fit
+        out["fit"] = None if fit is None else {
+            **{f.name: getattr(fit, f.name) for f in dataclasses.fields(fit) if f.name != "context"},
+            "n_ctx": fit.n_ctx}
     out["log"] = lines
     print("RESULT " + json.dumps(out))
 """)

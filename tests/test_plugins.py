@@ -36,7 +36,7 @@ def test_no_backend_plugin_names_the_package():
 FAKES = """
     import llamaplug as lp
     from llamaplug import plugins
-    from llamaplug.plugins import BackendSpec, ProbeResult
+    from llamaplug.probes import BackendSpec, ProbeResult
 
     class Fakes:
         @lp.hookimpl
@@ -99,7 +99,7 @@ def test_raising_register_hook_is_reported_not_raised():
     r = child("""
         import llamaplug as lp
         from llamaplug import plugins
-        from llamaplug.plugins import BackendSpec, ProbeResult
+        from llamaplug.probes import BackendSpec, ProbeResult
 
         class HalfBuilt:
             @lp.hookimpl
@@ -208,7 +208,7 @@ def test_priority_and_one_gpu_through_two_apis():
     r = child("""
         import llamaplug as lp
         from llamaplug import plugins
-        from llamaplug.plugins import BackendSpec, ProbeResult
+        from llamaplug.probes import BackendSpec, ProbeResult
 
         gpu = ProbeResult(True, "fake", devices=("Fake GPU 0",))
         class Fakes:
@@ -228,3 +228,35 @@ def test_priority_and_one_gpu_through_two_apis():
     assert fakes[0].split()[1] == "True"
     assert fakes[1].split()[1] == "False" and "already used through fakecuda" in fakes[1]
     assert any(ln.startswith("cpu True") for ln in lines)
+
+
+def test_a_sampler_plugin_is_called_by_name(llama):
+    """llamaplug_register_samplers: SamplerChain.add(name, ...) makes the plugin's sampler and owns it."""
+    from llamaplug import plugins
+
+    made = []
+
+    class SamplerPlugin:
+        @lp.hookimpl
+        def llamaplug_register_samplers(register):
+            def top_few(k):
+                made.append(k)
+                return lp.LlamaSampler.top_k(k)
+
+            register("top_few", top_few)
+            register("not_a_sampler", lambda: object())
+
+    plugins.load_plugins()
+    plugins.pm.register(SamplerPlugin, name="fake-samplers")
+    try:
+        chain = lp.SamplerChain(seed=3).add("top_few", 1).dist(3)
+        assert made == [1] and chain.names == ["top_k", "dist"]
+        greedy = llama.create_completion("The capital of France is", 6).tokens
+        # top-1 then dist is greedy whatever the seed.
+        assert llama.create_completion("The capital of France is", 6, sampler=chain).tokens == greedy
+        with pytest.raises(lp.InvalidParameterError, match="not a LlamaSampler"):
+            lp.SamplerChain().add("not_a_sampler")
+        with pytest.raises(lp.InvalidParameterError, match="no sampler plugin registered 'missing'"):
+            lp.SamplerChain().add("missing")
+    finally:
+        plugins.pm.unregister(name="fake-samplers")

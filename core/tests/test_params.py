@@ -56,3 +56,17 @@ def test_mmap_mlock_map_to_load_mode():
     assert lp.ModelParams(use_mmap=False).load_mode == lib.LLAMA_LOAD_MODE_NONE
     assert lp.ModelParams(use_mmap=True, use_mlock=True).load_mode == lib.LLAMA_LOAD_MODE_MMAP_MLOCK
     assert lp.ModelParams(use_mmap=False, use_mlock=True).load_mode == lib.LLAMA_LOAD_MODE_MLOCK
+
+
+def test_static_bounds_are_llama_cpps_own():
+    from llamaplug import params, raw
+
+    assert params.LLAMA_MAX_SEQ == raw.llama_max_parallel_sequences()
+
+
+def test_n_gpu_layers_words_are_read_in_one_place():
+    from llamaplug import ModelParams
+
+    assert [ModelParams(n_gpu_layers=v).gpu_layers for v in ("auto", "all", -1, 0, 12, "12")] == [-1, -1, -1, 0, 12, 12]
+    assert ModelParams().fit_layers and not ModelParams(n_gpu_layers="all").fit_layers
+    assert not ModelParams(vocab_only=True).fit_layers
