@@ -84,6 +84,15 @@ class SamplingError(LlamaError):
     """A sampler chain could not pick a token (it selects none, or every candidate was removed)."""
 
 
+class InvalidGrammarError(InvalidParameterError):
+    """llama.cpp's parser refused a GBNF grammar: `line`, `column` (1-based) and `reason` say where and why."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None, reason: str | None = None,
+                 path: str | None = None):
+        super().__init__(message, field="grammar")
+        self.line, self.column, self.reason, self.path = line, column, reason, path
+
+
 # llama_decode's documented return codes (llama.h).
 _DECODE_CODES = {
     1: "no KV-cache slot for the batch: the context is full (reduce the batch or increase n_ctx)",

@@ -289,16 +289,44 @@ class LlamaParams(ModelParams, ContextParams):
         return ContextParams(**{k: getattr(self, k) for k in ContextParams.model_fields})
 
 
+SAMPLER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature")
+SamplerName = Literal["penalties", "dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc",
+                      "temperature", "infill", "adaptive_p"]
+
+
 class SamplerParams(Params):
-    """Sampling settings (common_params_sampling's defaults); SamplerChain.from_params builds the chain."""
+    """Sampling settings with common_params_sampling's defaults; SamplerChain.from_params builds llama.cpp's chain.
+
+    `samplers` is the order of the chain (llama.cpp's default order); mirostat (1 or 2)
+    replaces it; temperature <= 0 samples greedily. `grammar` is GBNF text.
+    """
 
     temperature: float = 0.8
     top_k: int = 40
     top_p: float = Field(0.95, ge=0.0, le=1.0)
     min_p: float = Field(0.05, ge=0.0, le=1.0)
     typical_p: float = Field(1.0, ge=0.0, le=1.0)
+    min_keep: int = Field(0, ge=0, description="the fewest tokens top_p/min_p/typical/xtc keep (0: their own)")
+    dynatemp_range: float = Field(0.0, ge=0.0)
+    dynatemp_exponent: float = Field(1.0, gt=0.0)
+    xtc_probability: float = Field(0.0, ge=0.0, le=1.0)
+    xtc_threshold: float = 0.1
+    top_n_sigma: float = -1.0
     penalty_last_n: int = Field(64, ge=-1)
-    penalty_repeat: float = 1.0
+    penalty_repeat: float = Field(1.0, gt=0.0)
     penalty_freq: float = 0.0
     penalty_present: float = 0.0
+    dry_multiplier: float = Field(0.0, ge=0.0)
+    dry_base: float = 1.75
+    dry_allowed_length: int = Field(2, ge=0)
+    dry_penalty_last_n: int = Field(64, ge=-1)
+    dry_sequence_breakers: list[str] = Field(default_factory=lambda: ["\n", ":", "\"", "*"])
+    mirostat: Literal[0, 1, 2] = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    adaptive_target: float = -1.0
+    adaptive_decay: float = Field(0.9, ge=0.0, le=0.99)
+    samplers: list[SamplerName] = Field(default_factory=lambda: list(SAMPLER_ORDER))
+    grammar: str | None = None
+    logit_bias: dict[int, float] = Field(default_factory=dict)
     seed: int = Field(0xFFFFFFFF, ge=0, le=0xFFFFFFFF)

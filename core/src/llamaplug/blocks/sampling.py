@@ -19,7 +19,8 @@ A sampler added to a chain belongs to the chain from then on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plugins
@@ -27,6 +28,8 @@ from ..errors import ClosedError, InvalidParameterError, InvalidTokenError, Samp
 from ..params import SamplerParams
 from ..raw import ffi, lib
 from ._handle import NativeHandle
+from ._text import encode_text
+from .grammar import Grammar
 
 if TYPE_CHECKING:
     from .context import LlamaContext
@@ -34,7 +37,8 @@ if TYPE_CHECKING:
 
 DEFAULT_SEED = 0xFFFFFFFF
 # Samplers that pick the token (set `selected`); every other one only reshapes the candidates.
-SELECTING = frozenset({"greedy", "dist", "mirostat", "mirostat_v2"})
+SELECTING = frozenset({"greedy", "dist", "mirostat", "mirostat_v2", "adaptive_p"})
+DRY_BREAKERS = ("\n", ":", "\"", "*")  # llama.cpp's default sequence breakers
 _NO_TOKEN = {
     1: "selected no token",
     4: "removed every candidate (all of them had probability 0: a logit bias of -inf on every token?)",
@@ -189,29 +193,61 @@ def _argmax(ctx: LlamaContext, idx: int) -> int:
     return int(ctx._logits_row(idx).argmax())
 
 
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """What a chain's samplers are built for: the vocabulary (some samplers need it) and the chain's seed."""
+
+    n_vocab: int | None
+    vocab: Any  # llama_vocab * or None
+    seed: int
+
+    def vocab_size(self, name: str) -> int:
+        if self.n_vocab is None:
+            raise InvalidParameterError(
+                f"the {name} sampler needs the vocabulary size: sample with a context first, "
+                "or create SamplerChain(model=model)", field="n_vocab")
+        return self.n_vocab
+
+    def vocabulary(self, name: str) -> Any:
+        if self.vocab is None:
+            raise InvalidParameterError(
+                f"the {name} sampler needs the model's vocabulary: sample with a context first, "
+                "or create SamplerChain(model=model)", field="model")
+        return self.vocab
+
+    def seed_or(self, seed: int | None) -> int:
+        return self.seed if seed is None else seed
+
+
 class SamplerChain(LlamaSampler):
     """A chain of samplers; each fluent method appends one and returns the chain.
 
     The native chain is built at first use, because some samplers (penalties,
-    logit_bias) need the vocabulary size, known only once a context is at hand;
-    pass `n_vocab` to build it earlier. See the module's rules for the `dist`
-    appended to a chain that would not select a token, and for `seed`.
+    logit_bias, dry, grammar) need the model's vocabulary, known only once a
+    context is at hand; pass `model` (or `n_vocab`) to build it earlier. See the
+    module's rules for the `dist` appended to a chain that would not select a
+    token, and for `seed` (also the seed of xtc, mirostat and adaptive_p when
+    they are not given one).
     """
 
-    def __init__(self, no_perf: bool = False, n_vocab: int | None = None, seed: int | None = None):
+    def __init__(self, no_perf: bool = False, n_vocab: int | None = None, seed: int | None = None,
+                 model: LlamaModel | None = None):
         if seed is not None:
             _check("seed", 0 <= seed <= 0xFFFFFFFF, f"must be a uint32, got {seed}")
         self.name = "chain"
         self.names: list[str] = []
         self.default_seed = seed
         self._no_perf = no_perf
-        self._n_vocab = n_vocab
-        self._parts: list[Callable[[int | None], LlamaSampler]] = []
+        self._model = model
+        self._n_vocab = model.n_vocab if model is not None else n_vocab
+        self._parts: list[Callable[[_Target], Any]] = []
+        self._target: _Target | None = None
         self._built = False
         self._closed = False
         self._auto_dist = False
+        self._has_grammar = False
 
-    def _build(self, n_vocab: int | None) -> None:
+    def _build(self, n_vocab: int | None = None, vocab: Any = None) -> None:
         if self._closed:
             raise ClosedError("this sampler chain is closed")
         if self._built:
@@ -219,21 +255,32 @@ class SamplerChain(LlamaSampler):
         if not self._parts:
             raise InvalidParameterError("the sampler chain is empty: add a sampler, e.g. greedy() or dist(seed)",
                                         field="sampler")
+        if vocab is None and self._model is not None:
+            vocab = self._model._vocab_ptr
+        seed = DEFAULT_SEED if self.default_seed is None else self.default_seed
+        target = self._target = _Target(n_vocab or self._n_vocab, vocab, seed)
+        made: list[Any] = []
+        try:
+            for make in self._parts:
+                made.append(_native(make(target)))
+        except BaseException:  # all or nothing: a refused part leaks none made before it
+            for sampler in made:
+                lib.llama_sampler_free(sampler)
+            raise
         params = lib.llama_sampler_chain_default_params()
         params.no_perf = self._no_perf
         ptr = lib.llama_sampler_chain_init(params)
         self._adopt(ptr, lib.llama_sampler_free)
         self._built = True
-        for make in self._parts:
-            lib.llama_sampler_chain_add(ptr, make(n_vocab or self._n_vocab)._give_away())
+        for sampler in made:
+            lib.llama_sampler_chain_add(ptr, sampler)
         self._parts.clear()
         if self.names[-1] not in SELECTING:
-            seed = DEFAULT_SEED if self.default_seed is None else self.default_seed
             lib.llama_sampler_chain_add(ptr, LlamaSampler.dist(seed)._give_away())
             self._auto_dist = True
 
     def select_with(self, seed: int) -> SamplerChain:
-        """The seed of the dist appended if this chain ends without a selecting sampler, unless it has one."""
+        """The chain's seed (see the class doc) when it was given none and has not sampled yet."""
         if self.default_seed is None and not self._built:
             _check("seed", 0 <= seed <= 0xFFFFFFFF, f"must be a uint32, got {seed}")
             self.default_seed = seed
@@ -241,7 +288,7 @@ class SamplerChain(LlamaSampler):
 
     @property
     def _ptr(self) -> Any:
-        self._build(None)
+        self._build()
         return super()._ptr
 
     @property
@@ -255,15 +302,27 @@ class SamplerChain(LlamaSampler):
 
     def sample(self, ctx: LlamaContext | Any, idx: int = -1) -> int:
         raw = isinstance(ctx, ffi.CData)
-        self._build(_raw_n_vocab(ctx) if raw else ctx.n_vocab)
+        if not self._built:
+            if raw:
+                self._build(_raw_n_vocab(ctx), lib.llama_model_get_vocab(lib.llama_get_model(ctx)))
+            else:
+                self._build(ctx.n_vocab, ctx.model._vocab_ptr)
         if self.names == ["greedy"] and not raw:
             return _argmax(ctx, idx)
         return super().sample(ctx, idx)
 
+    def accept(self, token: int) -> None:
+        if self._has_grammar and getattr(self, "_just_sampled", None) != token:
+            # llama.cpp's grammar aborts the process on a token it does not allow.
+            raise InvalidParameterError(
+                f"token {token} was not sampled by this chain: a chain with a grammar accepts only its own samples",
+                field="token")
+        super().accept(token)
+
     def _describe(self) -> str:
         return f"chain {' -> '.join(self.names)}" + (" -> dist (appended)" if self._auto_dist else "")
 
-    def _append(self, name: str, make: Callable[[int | None], LlamaSampler]) -> SamplerChain:
+    def _append(self, name: str, make: Callable[[_Target], Any]) -> SamplerChain:
         if self._closed:
             raise ClosedError("this sampler chain is closed")
         if self._auto_dist:
@@ -271,10 +330,12 @@ class SamplerChain(LlamaSampler):
                 f"cannot add {name}: this chain has sampled, ending with the dist appended to it; "
                 "build a new chain", field="sampler")
         if self._built:
-            lib.llama_sampler_chain_add(self._ptr, make(self._n_vocab)._give_away())
+            assert self._target is not None
+            lib.llama_sampler_chain_add(self._ptr, _native(make(self._target)))
         else:
             self._parts.append(make)
         self.names.append(name)
+        self._has_grammar |= name in ("grammar", "grammar_lazy")
         return self
 
     def add(self, sampler: LlamaSampler | str, *args: Any, **kwargs: Any) -> SamplerChain:
@@ -287,7 +348,7 @@ class SamplerChain(LlamaSampler):
             raise InvalidParameterError("a chain cannot contain itself", field="sampler")
         if sampler.closed:
             raise ClosedError(f"cannot add closed sampler {sampler.name} to a chain")
-        return self._append(sampler.name, lambda n_vocab: sampler)
+        return self._append(sampler.name, lambda target: sampler)
 
     @classmethod
     def from_params(cls, params: SamplerParams) -> SamplerChain:
@@ -297,46 +358,148 @@ class SamplerChain(LlamaSampler):
         """The chain itself (kept for the seeds' builder spelling)."""
         return self
 
+    # -- every sampler of the pinned llama.h, in its argument order -------------
     def greedy(self) -> SamplerChain:  # type: ignore[override]
-        return self._append("greedy", lambda n: LlamaSampler.greedy())
+        return self._append("greedy", lambda t: lib.llama_sampler_init_greedy())
 
-    def dist(self, seed: int = DEFAULT_SEED) -> SamplerChain:  # type: ignore[override]
-        LlamaSampler.dist(seed).close()  # validates now, not at first use
-        return self._append("dist", lambda n: LlamaSampler.dist(seed))
+    def dist(self, seed: int | None = None) -> SamplerChain:  # type: ignore[override]
+        _check_seed(seed)
+        return self._append("dist", lambda t: lib.llama_sampler_init_dist(t.seed_or(seed)))
 
     def temp(self, t: float) -> SamplerChain:  # type: ignore[override]
-        return self._append("temp", lambda n: LlamaSampler.temp(t))
+        return self._append("temp", lambda _: lib.llama_sampler_init_temp(float(t)))
+
+    def temp_ext(self, t: float, delta: float, exponent: float) -> SamplerChain:  # type: ignore[override]
+        """Dynamic temperature: t +- delta by the entropy of the candidates, shaped by exponent."""
+        _check("dynatemp_exponent", exponent > 0, f"must be > 0, got {exponent}")
+        return self._append("temp_ext", lambda _: lib.llama_sampler_init_temp_ext(float(t), float(delta),
+                                                                                   float(exponent)))
 
     def top_k(self, k: int) -> SamplerChain:  # type: ignore[override]
-        return self._append("top_k", lambda n: LlamaSampler.top_k(k))
+        return self._append("top_k", lambda _: lib.llama_sampler_init_top_k(int(k)))
 
     def top_p(self, p: float, min_keep: int = 1) -> SamplerChain:  # type: ignore[override]
-        LlamaSampler.top_p(p, min_keep).close()
-        return self._append("top_p", lambda n: LlamaSampler.top_p(p, min_keep))
+        _check_share("top_p", p, min_keep)
+        return self._append("top_p", lambda _: lib.llama_sampler_init_top_p(float(p), min_keep))
 
     def min_p(self, p: float, min_keep: int = 1) -> SamplerChain:  # type: ignore[override]
-        LlamaSampler.min_p(p, min_keep).close()
-        return self._append("min_p", lambda n: LlamaSampler.min_p(p, min_keep))
+        _check_share("min_p", p, min_keep)
+        return self._append("min_p", lambda _: lib.llama_sampler_init_min_p(float(p), min_keep))
 
     def typical(self, p: float, min_keep: int = 1) -> SamplerChain:  # type: ignore[override]
-        LlamaSampler.typical(p, min_keep).close()
-        return self._append("typical", lambda n: LlamaSampler.typical(p, min_keep))
+        _check_share("typical", p, min_keep)
+        return self._append("typical", lambda _: lib.llama_sampler_init_typical(float(p), min_keep))
+
+    def xtc(self, p: float, t: float, min_keep: int = 1, seed: int | None = None) -> SamplerChain:  # type: ignore[override]
+        """Exclude top choices: with probability p, drop every token above threshold t but the least likely."""
+        _check_share("xtc", p, min_keep)
+        _check_seed(seed)
+        return self._append("xtc", lambda tg: lib.llama_sampler_init_xtc(float(p), float(t), min_keep,
+                                                                         tg.seed_or(seed)))
+
+    def top_n_sigma(self, n: float) -> SamplerChain:  # type: ignore[override]
+        """Keep tokens within n standard deviations of the top logit (n <= 0: off)."""
+        return self._append("top_n_sigma", lambda _: lib.llama_sampler_init_top_n_sigma(float(n)))
+
+    def mirostat(self, tau: float = 5.0, eta: float = 0.1, m: int = 100,  # type: ignore[override]
+                 seed: int | None = None) -> SamplerChain:
+        """Mirostat 1.0 (selects the token): target surprise tau, learning rate eta, m tokens for s_hat."""
+        _check("mirostat_m", m >= 1, f"must be >= 1, got {m}")
+        _check_seed(seed)
+        return self._append("mirostat", lambda tg: lib.llama_sampler_init_mirostat(
+            tg.vocab_size("mirostat"), tg.seed_or(seed), float(tau), float(eta), m))
+
+    def mirostat_v2(self, tau: float = 5.0, eta: float = 0.1,  # type: ignore[override]
+                    seed: int | None = None) -> SamplerChain:
+        """Mirostat 2.0 (selects the token)."""
+        _check_seed(seed)
+        return self._append("mirostat_v2", lambda tg: lib.llama_sampler_init_mirostat_v2(
+            tg.seed_or(seed), float(tau), float(eta)))
+
+    def adaptive_p(self, target: float, decay: float = 0.9,  # type: ignore[override]
+                   seed: int | None = None) -> SamplerChain:
+        """Select tokens near probability `target` over time (selects the token; put it last)."""
+        _check("adaptive_decay", 0.0 <= decay <= 0.99, f"must be in [0, 0.99], got {decay}")
+        _check_seed(seed)
+        return self._append("adaptive_p", lambda tg: lib.llama_sampler_init_adaptive_p(
+            float(target), float(decay), tg.seed_or(seed)))
 
     def penalties(self, last_n: int = 64, repeat: float = 1.0, freq: float = 0.0,  # type: ignore[override]
                   present: float = 0.0) -> SamplerChain:
-        _check("penalty_last_n", last_n >= -1, f"must be >= -1, got {last_n}")
-        return self._append("penalties", lambda n: LlamaSampler.penalties(
-            _vocab_size(n, "penalties"), last_n, repeat, freq, present))
+        LlamaSampler.penalties(1, last_n, repeat, freq, present).close()  # validates now, not at first use
+        return self._append("penalties", lambda tg: lib.llama_sampler_init_penalties(
+            tg.vocab_size("penalties"), last_n, float(repeat), float(freq), float(present)))
+
+    def dry(self, multiplier: float = 0.0, base: float = 1.75, allowed_length: int = 2,  # type: ignore[override]
+            penalty_last_n: int = -1, seq_breakers: Sequence[str] = DRY_BREAKERS) -> SamplerChain:
+        """DRY: penalise tokens that extend a repetition longer than allowed_length (multiplier 0: off)."""
+        _check("dry_penalty_last_n", penalty_last_n >= -1, f"must be >= -1, got {penalty_last_n}")
+        _check("dry_allowed_length", allowed_length >= 0, f"must be >= 0, got {allowed_length}")
+        breakers = [encode_text(b, "seq_breakers") for b in seq_breakers]
+
+        def make(tg: _Target) -> Any:
+            keep = [ffi.new("char[]", b) for b in breakers]
+            arr = ffi.new("const char *[]", keep) if keep else ffi.NULL
+            return lib.llama_sampler_init_dry(tg.vocabulary("dry"), float(multiplier), float(base), allowed_length,
+                                              penalty_last_n, arr, len(keep))
+
+        return self._append("dry", make)
 
     def logit_bias(self, biases: Mapping[int, float]) -> SamplerChain:  # type: ignore[override]
         biases = dict(biases)
-        return self._append("logit_bias", lambda n: LlamaSampler.logit_bias(_vocab_size(n, "logit_bias"), biases))
+        return self._append("logit_bias", lambda tg: LlamaSampler.logit_bias(tg.vocab_size("logit_bias"), biases))
+
+    def grammar(self, grammar: Grammar | str, root: str = "root") -> SamplerChain:  # type: ignore[override]
+        """Only tokens the GBNF grammar allows (checked now: an invalid one is an InvalidGrammarError)."""
+        g = grammar if isinstance(grammar, Grammar) else Grammar(grammar, root)
+        return self._append("grammar", lambda tg: g.sampler_ptr(tg.vocabulary("grammar")))
+
+    def grammar_lazy(self, grammar: Grammar | str, trigger_patterns: Sequence[str] = (),  # type: ignore[override]
+                     trigger_tokens: Sequence[int] = (), root: str = "root") -> SamplerChain:
+        """The grammar, from the first match of a trigger pattern (regex) or trigger token on."""
+        g = grammar if isinstance(grammar, Grammar) else Grammar(grammar, root)
+        if not trigger_patterns and not trigger_tokens:
+            raise InvalidParameterError("a lazy grammar needs trigger_patterns or trigger_tokens", field="grammar")
+        patterns, tokens = tuple(trigger_patterns), tuple(int(t) for t in trigger_tokens)
+
+        def make(tg: _Target) -> Any:
+            n_vocab = tg.vocab_size("grammar_lazy")
+            bad = [t for t in tokens if not 0 <= t < n_vocab]
+            if bad:
+                raise InvalidTokenError(f"trigger token {bad[0]} is outside the vocabulary (0..{n_vocab - 1})",
+                                        token=bad[0])
+            return g.sampler_ptr(tg.vocabulary("grammar_lazy"), True, patterns, tokens)
+
+        return self._append("grammar_lazy", make)
+
+    def infill(self) -> SamplerChain:  # type: ignore[override]
+        """Fill-in-the-middle: merges tokens with a common prefix, prefers EOG when it dominates."""
+        return self._append("infill", lambda tg: lib.llama_sampler_init_infill(tg.vocabulary("infill")))
 
     def __len__(self) -> int:
         return int(lib.llama_sampler_chain_n(self._ptr))
 
     def __repr__(self) -> str:
         return f"<SamplerChain {' -> '.join(self.names) or 'empty'}>"
+
+
+def _native(made: Any) -> Any:
+    """A native sampler from a part's result, NULL-checked (a LlamaSampler gives its pointer away)."""
+    if isinstance(made, LlamaSampler):
+        return made._give_away()
+    if made == ffi.NULL:
+        raise InvalidParameterError("llama.cpp refused to create a sampler with these settings", field="sampler")
+    return made
+
+
+def _check_seed(seed: int | None) -> None:
+    if seed is not None:
+        _check("seed", isinstance(seed, int) and 0 <= seed <= 0xFFFFFFFF, f"must be a uint32, got {seed}")
+
+
+def _check_share(name: str, p: float, min_keep: int) -> None:
+    _check(name, 0.0 <= p <= 1.0, f"must be in [0, 1], got {p}")
+    _check("min_keep", min_keep >= 0, f"must be >= 0, got {min_keep}")
 
 
 def _plugin_sampler(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LlamaSampler:
@@ -352,27 +515,51 @@ def _plugin_sampler(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     return made
 
 
-def _vocab_size(n_vocab: int | None, name: str) -> int:
-    if n_vocab is None:
-        raise InvalidParameterError(
-            f"the {name} sampler needs the vocabulary size: sample with a context first, "
-            "or create SamplerChain(n_vocab=model.n_vocab)", field="n_vocab")
-    return n_vocab
+def chain_from_params(params: SamplerParams, model: LlamaModel | None = None) -> SamplerChain:
+    """The chain llama.cpp's common sampler builds for these settings (common/sampling.cpp of the pin).
 
-
-def chain_from_params(params: SamplerParams, n_vocab: int | None = None) -> SamplerChain:
-    """The chain llama.cpp's common sampler builds for these settings (temperature <= 0: greedy)."""
-    chain = SamplerChain(n_vocab=n_vocab, seed=params.seed).penalties(
-        params.penalty_last_n, params.penalty_repeat, params.penalty_freq, params.penalty_present)
-    if params.temperature <= 0:
+    grammar, logit bias, then `params.samplers` in order (mirostat replaces them), then
+    dist (or adaptive_p when listed); temperature <= 0 ends in greedy instead.
+    """
+    chain = SamplerChain(seed=params.seed, model=model)
+    if params.grammar:
+        chain.grammar(params.grammar)
+    if params.logit_bias:
+        chain.logit_bias(params.logit_bias)
+    if params.mirostat:
+        chain.temp(params.temperature)
+        if params.mirostat == 1:
+            return chain.mirostat(params.mirostat_tau, params.mirostat_eta, 100)
+        return chain.mirostat_v2(params.mirostat_tau, params.mirostat_eta)
+    greedy = params.temperature <= 0
+    steps = {
+        "penalties": lambda: chain.penalties(params.penalty_last_n, params.penalty_repeat, params.penalty_freq,
+                                             params.penalty_present),
+        "dry": lambda: chain.dry(params.dry_multiplier, params.dry_base, params.dry_allowed_length,
+                                 params.dry_penalty_last_n, params.dry_sequence_breakers),
+        "top_n_sigma": lambda: chain.top_n_sigma(params.top_n_sigma),
+        "top_k": lambda: chain.top_k(params.top_k),
+        "typical_p": lambda: chain.typical(params.typical_p, params.min_keep),
+        "top_p": lambda: chain.top_p(params.top_p, params.min_keep),
+        "min_p": lambda: chain.min_p(params.min_p, params.min_keep),
+        "xtc": lambda: chain.xtc(params.xtc_probability, params.xtc_threshold, params.min_keep),
+        "temperature": lambda: chain.temp_ext(params.temperature, params.dynatemp_range, params.dynatemp_exponent),
+        "infill": lambda: chain.infill(),
+    }
+    for name in params.samplers:
+        if name == "adaptive_p" or (greedy and name == "temperature"):
+            continue  # llama.cpp's temperature 0 keeps the most likely token: greedy below
+        steps[name]()
+    if greedy:
         return chain.greedy()
-    return (chain.top_k(params.top_k).typical(params.typical_p).top_p(params.top_p)
-            .min_p(params.min_p).temp(params.temperature).dist(params.seed))
+    if "adaptive_p" in params.samplers:
+        return chain.adaptive_p(params.adaptive_target, params.adaptive_decay)
+    return chain.dist()
 
 
 def build_chain(params: SamplerParams, model: LlamaModel) -> SamplerChain:
-    """Seed 004's SamplerParams.build_chain(model): the chain, sized for the model's vocabulary."""
-    return chain_from_params(params, model.n_vocab)
+    """Seed 004's SamplerParams.build_chain(model): the chain, built for the model's vocabulary."""
+    return chain_from_params(params, model)
 
 
 # Seed 004 spells it as a method of the params; params.py (a lower layer) cannot import the samplers.

@@ -1,0 +1,127 @@
+"""Grammar: a GBNF grammar checked by llama.cpp's own parser, for the grammar samplers.
+
+    g = Grammar.from_string('root ::= "yes" | "no"')
+    chain = SamplerChain().grammar(g).dist(1)
+
+llama.cpp's parser reports a syntax error on stderr (not through its log callback)
+and returns NULL; the text is captured here and becomes an `InvalidGrammarError`
+with the line, the column and llama.cpp's reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidGrammarError, InvalidParameterError
+from ..raw import ffi, lib
+from . import _native_log
+from ._text import encode_text
+
+_stderr_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[list[str]]:
+    """What native code writes to file descriptor 2 inside the block (the grammar parser's fprintf)."""
+    out: list[str] = []
+    with _stderr_lock, tempfile.TemporaryFile() as tmp:
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            yield out
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            out.append(tmp.read().decode("utf-8", "replace"))
+
+
+def _position(source: str, offset: int) -> tuple[int, int]:
+    before = source[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+def _reason(source: str, printed: str) -> tuple[str, int | None, int | None]:
+    """llama.cpp's reason, and where: its messages end "at <the rest of the grammar>"."""
+    marker = "error parsing grammar: "
+    text = printed[printed.find(marker) + len(marker):] if marker in printed else printed
+    echo = text.find("\n\n" + source + "\n")  # the parser prints the grammar after its reason
+    if echo >= 0:
+        text = text[:echo]
+    text = text.strip()
+    reason, sep, rest = text.partition(" at ")
+    if sep and rest and source.endswith(rest):
+        line, column = _position(source, len(source) - len(rest))
+        return reason, line, column
+    return text.splitlines()[0] if text else "llama.cpp gave no reason", None, None
+
+
+class Grammar:
+    """A GBNF grammar llama.cpp's parser accepted (token references `<[id]>` are checked when used)."""
+
+    def __init__(self, source: str, root: str = "root", _checked: bool = False):
+        self.source = source
+        self.root = root
+        if not _checked:
+            check_grammar(source, root)
+
+    @classmethod
+    def from_string(cls, gbnf: str, root: str = "root") -> Grammar:
+        return cls(gbnf, root)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], root: str = "root") -> Grammar:
+        source = Path(path)
+        try:
+            text = source.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidGrammarError(f"cannot read grammar file {source}: {exc}", path=str(source)) from None
+        try:
+            return cls(text, root)
+        except InvalidGrammarError as exc:
+            raise InvalidGrammarError(f"{source}: {exc}", line=exc.line, column=exc.column, reason=exc.reason,
+                                      path=str(source)) from None
+
+    def sampler_ptr(self, vocab: Any, lazy: bool = False, trigger_patterns: tuple[str, ...] = (),
+                    trigger_tokens: tuple[int, ...] = ()) -> Any:
+        """A new native grammar sampler for `vocab` (NULL-checked; the caller owns it)."""
+        src, root = encode_text(self.source, "grammar"), encode_text(self.root, "root")
+        with _captured_stderr() as printed, _native_log.capture_errors() as logged:
+            if lazy:
+                patterns = [ffi.new("char[]", encode_text(p, "trigger_patterns")) for p in trigger_patterns]
+                c_patterns = ffi.new("const char *[]", patterns) if patterns else ffi.NULL
+                c_tokens = ffi.new("llama_token[]", list(trigger_tokens)) if trigger_tokens else ffi.NULL
+                ptr = lib.llama_sampler_init_grammar_lazy_patterns(vocab, src, root, c_patterns, len(patterns),
+                                                                   c_tokens, len(trigger_tokens))
+            else:
+                ptr = lib.llama_sampler_init_grammar(vocab, src, root)
+        if ptr == ffi.NULL:
+            raise _grammar_error(self.source, self.root, printed[0] if printed else "", logged)
+        return ptr
+
+    def __repr__(self) -> str:
+        first = self.source.strip().splitlines()[0] if self.source.strip() else ""
+        return f"<Grammar root={self.root!r} {first[:40]!r}>"
+
+
+def _grammar_error(source: str, root: str, printed: str, logged: list[str]) -> InvalidGrammarError:
+    if printed.strip():
+        reason, line, column = _reason(source, printed)
+        where = f" at line {line}, column {column}" if line is not None else ""
+        return InvalidGrammarError(f"invalid grammar{where}: {reason}", line=line, column=column, reason=reason)
+    reason = next((m for m in reversed(logged) if m != "failed to parse grammar"), None) or "llama.cpp refused it"
+    return InvalidGrammarError(f"invalid grammar (root {root!r}): {reason}", reason=reason)
+
+
+def check_grammar(source: str, root: str = "root") -> None:
+    """Parse with llama.cpp (no vocabulary needed) and free the result; raise InvalidGrammarError."""
+    if not isinstance(source, str) or not source.strip():
+        raise InvalidParameterError("a grammar must be non-empty GBNF text", field="grammar")
+    ptr = Grammar(source, root, _checked=True).sampler_ptr(ffi.NULL)
+    lib.llama_sampler_free(ptr)
