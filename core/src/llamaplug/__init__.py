@@ -17,6 +17,7 @@ from .errors import (
     ContextOverflowError,
     ContextTooLargeError,
     DecodeError,
+    InvalidGrammarError,
     InvalidModelError,
     InvalidParameterError,
     InvalidTokenError,
@@ -46,6 +47,7 @@ from .blocks.backend import BackendStatus, DeviceInfo, LlamaBackend  # noqa: E40
 from .blocks.batch import LlamaBatch  # noqa: E402
 from .blocks.builder import ContextBuilder  # noqa: E402
 from .blocks.context import LlamaContext  # noqa: E402
+from .blocks.grammar import Grammar  # noqa: E402
 from .blocks.model import LlamaModel  # noqa: E402
 from .blocks.sampling import LlamaSampler, SamplerChain  # noqa: E402
 from .high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob  # noqa: E402
@@ -60,11 +62,12 @@ def backends() -> list[BackendStatus]:
 __all__ = [
     "GGML_VERSION", "LLAMA_CPP_COMMIT", "__version__", "hookimpl", "backends",
     "LlamaBackend", "BackendStatus", "DeviceInfo", "LlamaModel", "LlamaContext", "ContextBuilder", "LlamaBatch",
-    "LlamaSampler", "SamplerChain", "Llama", "Completion", "CompletionChunk", "CompletionTimings",
+    "LlamaSampler", "SamplerChain", "Grammar", "Llama", "Completion", "CompletionChunk", "CompletionTimings",
     "StopReason", "TokenLogprob",
     "LlamaParams", "ModelParams", "ContextParams", "SamplerParams", "KvCacheType", "FlashAttnType",
     "NumaStrategy", "SplitMode", "RopeScalingType", "PoolingType", "AttentionType",
     "LlamaError", "BackendError", "BackendMismatchError", "BackendNotInitialisedError", "NoBackendError",
     "ModelNotFoundError", "InvalidModelError", "ContextTooLargeError", "ContextOverflowError", "DecodeError",
     "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError",
+    "InvalidGrammarError",
 ]

@@ -319,7 +319,7 @@ class SamplerParams(Params):
     dry_multiplier: float = Field(0.0, ge=0.0)
     dry_base: float = 1.75
     dry_allowed_length: int = Field(2, ge=0)
-    dry_penalty_last_n: int = Field(64, ge=-1)
+    dry_penalty_last_n: int = Field(64, ge=0)
     dry_sequence_breakers: list[str] = Field(default_factory=lambda: ["\n", ":", "\"", "*"])
     mirostat: Literal[0, 1, 2] = 0
     mirostat_tau: float = 5.0

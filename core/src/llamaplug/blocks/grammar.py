@@ -54,11 +54,12 @@ def _reason(source: str, printed: str) -> tuple[str, int | None, int | None]:
     echo = text.find("\n\n" + source + "\n")  # the parser prints the grammar after its reason
     if echo >= 0:
         text = text[:echo]
-    text = text.strip()
-    reason, sep, rest = text.partition(" at ")
-    if sep and rest and source.endswith(rest):
-        line, column = _position(source, len(source) - len(rest))
+    reason, sep, rest = text.strip().partition(" at ")
+    body = source.rstrip()
+    if sep and rest and body.endswith(rest):
+        line, column = _position(source, len(body) - len(rest))
         return reason, line, column
+    text = text.strip()
     return text.splitlines()[0] if text else "llama.cpp gave no reason", None, None
 
 

@@ -431,9 +431,11 @@ class SamplerChain(LlamaSampler):
             tg.vocab_size("penalties"), last_n, float(repeat), float(freq), float(present)))
 
     def dry(self, multiplier: float = 0.0, base: float = 1.75, allowed_length: int = 2,  # type: ignore[override]
-            penalty_last_n: int = -1, seq_breakers: Sequence[str] = DRY_BREAKERS) -> SamplerChain:
-        """DRY: penalise tokens that extend a repetition longer than allowed_length (multiplier 0: off)."""
-        _check("dry_penalty_last_n", penalty_last_n >= -1, f"must be >= -1, got {penalty_last_n}")
+            penalty_last_n: int = 64, seq_breakers: Sequence[str] = DRY_BREAKERS) -> SamplerChain:
+        """DRY: penalise tokens that extend a repetition longer than allowed_length, looking back
+        penalty_last_n tokens (multiplier 0 or penalty_last_n 0: off)."""
+        # This llama.h has no "-1 = the context" for DRY (it clamps to 0, which turns DRY off).
+        _check("dry_penalty_last_n", penalty_last_n >= 0, f"must be >= 0 (0 = off), got {penalty_last_n}")
         _check("dry_allowed_length", allowed_length >= 0, f"must be >= 0, got {allowed_length}")
         breakers = [encode_text(b, "seq_breakers") for b in seq_breakers]
 
