@@ -249,12 +249,12 @@ def test_a_sampler_plugin_is_called_by_name(llama):
     plugins.load_plugins()
     plugins.pm.register(SamplerPlugin, name="fake-samplers")
     try:
-        chain = lp.SamplerChain(seed=3).add("top_few", 1).dist(3)
+        chain = lp.SamplerChain(seed=3).add("top_few", k=1).dist(3)
         assert made == [1] and chain.names == ["top_k", "dist"]
         greedy = llama.create_completion("The capital of France is", 6).tokens
         # top-1 then dist is greedy whatever the seed.
         assert llama.create_completion("The capital of France is", 6, sampler=chain).tokens == greedy
-        with pytest.raises(lp.InvalidParameterError, match="not a LlamaSampler"):
+        with pytest.raises(lp.InvalidParameterError, match="neither a LlamaSampler"):
             lp.SamplerChain().add("not_a_sampler")
         with pytest.raises(lp.InvalidParameterError, match="no sampler plugin registered 'missing'"):
             lp.SamplerChain().add("missing")

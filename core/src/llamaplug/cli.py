@@ -28,6 +28,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  {name}")
     for name, error in sorted(broken.items()):
         print(f"  {name}: broken: {error}")
+    print("samplers (SamplerChain().add(name, **options)):")
+    for name, found in sorted(plugins.sampler_factories().items()):
+        print(f"  {name:16} [{found.distribution or found.plugin}]")
     print("backends:")
     for status in backend.backends():
         state = "loaded" if status.loaded else ("available" if status.ok else "cannot run")

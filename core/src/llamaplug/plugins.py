@@ -6,10 +6,11 @@ entry-point names (``backend_cpu,mtmd``); empty means none; unset means all.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -29,6 +30,7 @@ pm.add_hookspecs(hookspecs)
 _loaded = False
 _lock = threading.Lock()
 _broken: dict[str, str] = {}
+_distributions: dict[str, str | None] = {}
 
 
 def load_plugins() -> None:
@@ -48,6 +50,8 @@ def load_plugins() -> None:
                 continue
             if pm.has_plugin(ep.name):
                 continue
+            dist = getattr(ep, "dist", None)
+            _distributions[ep.name] = dist.name if dist is not None else None
             try:
                 pm.register(ep.load(), name=ep.name)
             except Exception as exc:  # a broken plugin must not take the core down
@@ -61,14 +65,44 @@ def broken_plugins() -> dict[str, str]:
     return dict(_broken)
 
 
+@dataclasses.dataclass(frozen=True)
+class SamplerFactory:
+    """A sampler a plugin registered: `factory(**options)` makes it."""
+
+    name: str
+    factory: Callable[..., Any]
+    plugin: str
+    distribution: str | None
+
+
+def distribution_of(plugin: str) -> str | None:
+    """The installed distribution that declared entry point `plugin` (None for one registered in code)."""
+    load_plugins()
+    return _distributions.get(plugin)
+
+
+def sampler_factories() -> dict[str, SamplerFactory]:
+    """Every sampler registered through llamaplug_register_samplers, by name (the first registration wins)."""
+    found: dict[str, SamplerFactory] = {}
+    for plugin, item in collect_from("llamaplug_register_samplers"):
+        name, factory = item
+        found.setdefault(name, SamplerFactory(name, factory, plugin, distribution_of(plugin)))
+    return found
+
+
 def collect(hook_name: str) -> list[Any]:
     """Call a ``register``-style hook and return what all plugins registered.
 
     Each plugin's hook runs on its own: one that raises registers nothing and is
     reported by `broken_plugins`, while the others still count.
     """
+    return [item for _, item in collect_from(hook_name)]
+
+
+def collect_from(hook_name: str) -> list[tuple[str, Any]]:
+    """`collect`, with the name of the plugin that registered each item."""
     load_plugins()
-    found: list[Any] = []
+    found: list[tuple[str, Any]] = []
     # pluggy calls the newest registration first; keep that order.
     for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
         mine: list[Any] = []
@@ -82,7 +116,7 @@ def collect(hook_name: str) -> list[Any]:
             log.warning("plugin %s: %s failed: %s", impl.plugin_name, hook_name, exc)
             _broken[impl.plugin_name] = f"{hook_name}: {type(exc).__name__}: {exc}"
             continue
-        found.extend(mine)
+        found.extend((impl.plugin_name, item) for item in mine)
     return found
 
 

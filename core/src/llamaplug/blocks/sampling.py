@@ -27,6 +27,7 @@ from .. import plugins
 from ..errors import ClosedError, InvalidParameterError, InvalidTokenError, SamplingError
 from ..params import SamplerParams
 from ..raw import ffi, lib
+from . import py_sampler
 from ._handle import NativeHandle
 from ._text import encode_text
 from .grammar import Grammar
@@ -141,6 +142,7 @@ class LlamaSampler(NativeHandle):
             cands = self._candidates = ffi.new("llama_token_data[]", n_vocab)
             self._token_out = ffi.new("llama_token *")
         status = lib.llamaplug_sampler_sample(ptr, raw_ctx, idx, cands, len(cands), self._token_out)
+        py_sampler.raise_stored()  # a Python sampler's exception, once the native call is over
         if status in _NO_TOKEN:
             raise SamplingError(f"the sampler {self._describe()} {_NO_TOKEN[status]}; nothing was sampled")
         if status == 2:
@@ -159,10 +161,20 @@ class LlamaSampler(NativeHandle):
             return
         self._just_sampled = None
         lib.llama_sampler_accept(self._ptr, token)
+        py_sampler.raise_stored()
 
     def reset(self) -> None:
         self._just_sampled = None
         lib.llama_sampler_reset(self._ptr)
+        py_sampler.raise_stored()
+
+    @classmethod
+    def from_python(cls, obj: Any, name: str | None = None) -> LlamaSampler:
+        """`obj` (with apply(candidates), optionally accept/reset/clone) as a native llama.cpp sampler."""
+        name = name or type(obj).__name__
+        sampler = cls(py_sampler.native_sampler(obj, name), name)
+        sampler.selects = bool(getattr(obj, "selects", False))
+        return sampler
 
     @property
     def seed(self) -> int:
@@ -246,6 +258,7 @@ class SamplerChain(LlamaSampler):
         self._closed = False
         self._auto_dist = False
         self._has_grammar = False
+        self._selecting_at = -1  # len(names) right after a Python sampler that selects was added
 
     def _build(self, n_vocab: int | None = None, vocab: Any = None) -> None:
         if self._closed:
@@ -275,7 +288,7 @@ class SamplerChain(LlamaSampler):
         for sampler in made:
             lib.llama_sampler_chain_add(ptr, sampler)
         self._parts.clear()
-        if self.names[-1] not in SELECTING:
+        if self.names[-1] not in SELECTING and self._selecting_at != len(self.names):
             lib.llama_sampler_chain_add(ptr, LlamaSampler.dist(seed)._give_away())
             self._auto_dist = True
 
@@ -338,17 +351,23 @@ class SamplerChain(LlamaSampler):
         self._has_grammar |= name in ("grammar", "grammar_lazy")
         return self
 
-    def add(self, sampler: LlamaSampler | str, *args: Any, **kwargs: Any) -> SamplerChain:
-        """Append `sampler`, or the sampler a plugin registered as `sampler` made from args."""
+    def add(self, sampler: LlamaSampler | str | Any, **options: Any) -> SamplerChain:
+        """Append a sampler: a LlamaSampler, a Python object with apply(candidates), or the name a
+        sampler plugin registered, whose factory is called with the keyword `options`."""
         if isinstance(sampler, str):
-            sampler = _plugin_sampler(sampler, args, kwargs)
-        elif args or kwargs:
-            raise InvalidParameterError("arguments go with a sampler plugin's name, not a sampler", field="sampler")
+            sampler = _plugin_sampler(sampler, options)
+        elif options:
+            raise InvalidParameterError("options go with a sampler plugin's name, not a sampler", field="sampler")
+        if not isinstance(sampler, LlamaSampler):
+            sampler = LlamaSampler.from_python(sampler)
         if sampler is self:
             raise InvalidParameterError("a chain cannot contain itself", field="sampler")
         if sampler.closed:
             raise ClosedError(f"cannot add closed sampler {sampler.name} to a chain")
-        return self._append(sampler.name, lambda target: sampler)
+        self._append(sampler.name, lambda target: sampler)
+        if getattr(sampler, "selects", False):
+            self._selecting_at = len(self.names)
+        return self
 
     @classmethod
     def from_params(cls, params: SamplerParams) -> SamplerChain:
@@ -504,17 +523,19 @@ def _check_share(name: str, p: float, min_keep: int) -> None:
     _check("min_keep", min_keep >= 0, f"must be >= 0, got {min_keep}")
 
 
-def _plugin_sampler(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LlamaSampler:
-    factories = dict(plugins.collect("llamaplug_register_samplers"))
-    factory = factories.get(name)
-    if factory is None:
-        raise InvalidParameterError(f"no sampler plugin registered {name!r} (registered: {sorted(factories)})",
+def _plugin_sampler(name: str, options: dict[str, Any]) -> LlamaSampler | Any:
+    found = plugins.sampler_factories()
+    if name not in found:
+        raise InvalidParameterError(f"no sampler plugin registered {name!r}; registered: {sorted(found) or 'none'}",
                                     field="sampler")
-    made = factory(*args, **kwargs)
-    if not isinstance(made, LlamaSampler):
-        raise InvalidParameterError(f"sampler plugin {name!r} returned {type(made).__name__}, not a LlamaSampler",
-                                    field="sampler")
-    return made
+    made = found[name].factory(**options)
+    if isinstance(made, LlamaSampler):
+        return made
+    if not callable(getattr(made, "apply", None)):
+        raise InvalidParameterError(f"sampler plugin {name!r} returned {type(made).__name__}, which is neither a "
+                                    "LlamaSampler nor an object with apply(candidates)", field="sampler")
+    sampler = LlamaSampler.from_python(made, name)
+    return sampler
 
 
 def chain_from_params(params: SamplerParams, model: LlamaModel | None = None) -> SamplerChain:

@@ -27,6 +27,12 @@ PYTHON_CALLBACKS = """
 extern "Python" void _llamaplug_log_cb(enum ggml_log_level, const char *, void *);
 extern "Python" bool _llamaplug_abort_cb(void *);
 extern "Python" bool _llamaplug_progress_cb(float, void *);
+extern "Python" const char * _llamaplug_sampler_name(const struct llama_sampler *);
+extern "Python" void _llamaplug_sampler_accept(struct llama_sampler *, llama_token);
+extern "Python" void _llamaplug_sampler_apply(struct llama_sampler *, llama_token_data_array *);
+extern "Python" void _llamaplug_sampler_reset(struct llama_sampler *);
+extern "Python" struct llama_sampler * _llamaplug_sampler_clone(const struct llama_sampler *);
+extern "Python" void _llamaplug_sampler_free(struct llama_sampler *);
 """
 
 # ggml-cpu.h is stubbed out (its functions are not in the core's libraries), but
