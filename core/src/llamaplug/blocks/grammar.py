@@ -89,6 +89,13 @@ class Grammar:
             raise InvalidGrammarError(f"{source}: {exc}", line=exc.line, column=exc.column, reason=exc.reason,
                                       path=str(source)) from None
 
+    @classmethod
+    def from_json_schema(cls, schema: Any) -> Grammar:
+        """The grammar of the JSON texts `schema` accepts (see json_schema.py for what it covers)."""
+        from .json_schema import schema_to_gbnf
+
+        return cls(schema_to_gbnf(schema))
+
     def sampler_ptr(self, vocab: Any, lazy: bool = False, trigger_patterns: tuple[str, ...] = (),
                     trigger_tokens: tuple[int, ...] = ()) -> Any:
         """A new native grammar sampler for `vocab` (NULL-checked; the caller owns it)."""

@@ -364,10 +364,30 @@ class SamplerChain(LlamaSampler):
             raise InvalidParameterError("a chain cannot contain itself", field="sampler")
         if sampler.closed:
             raise ClosedError(f"cannot add closed sampler {sampler.name} to a chain")
-        self._append(sampler.name, lambda target: sampler)
+        def part(target: _Target) -> LlamaSampler:
+            return sampler
+
+        part.owns = True  # type: ignore[attr-defined] - one native sampler: this part cannot be made twice
+        self._append(sampler.name, part)
         if getattr(sampler, "selects", False):
             self._selecting_at = len(self.names)
         return self
+
+    def constrained(self, grammar: Grammar | str) -> SamplerChain:
+        """A new chain: `grammar` first, then this chain's samplers (made anew; this chain is left as it is)."""
+        if self._built:
+            raise InvalidParameterError("a grammar can be put in front of a chain that has not sampled yet only",
+                                        field="sampler")
+        if self._has_grammar:
+            raise InvalidParameterError("this chain has a grammar already", field="sampler")
+        if any(getattr(part, "owns", False) for part in self._parts):
+            raise InvalidParameterError("this chain holds sampler objects (add(...)), which cannot be made twice: "
+                                        "put .grammar(...) at its start instead", field="sampler")
+        twin = SamplerChain(self._no_perf, self._n_vocab, self.default_seed, self._model)
+        twin.grammar(grammar)
+        for name, part in zip(self.names, self._parts):
+            twin._append(name, part)
+        return twin
 
     @classmethod
     def from_params(cls, params: SamplerParams) -> SamplerChain:
@@ -499,6 +519,9 @@ class SamplerChain(LlamaSampler):
 
     def __len__(self) -> int:
         return int(lib.llama_sampler_chain_n(self._ptr))
+
+    def __bool__(self) -> bool:  # not len(): `chain or default` must not build the chain
+        return True
 
     def __repr__(self) -> str:
         return f"<SamplerChain {' -> '.join(self.names) or 'empty'}>"

@@ -11,6 +11,7 @@ import numpy as np
 from ..blocks import _native_log
 from ..blocks.backend import LlamaBackend
 from ..blocks.context import LlamaContext
+from ..blocks.grammar import Grammar
 from ..blocks.model import LlamaModel
 from ..blocks.sampling import LlamaSampler, SamplerChain
 from ..errors import ContextOverflowError, InvalidParameterError
@@ -85,6 +86,7 @@ class Llama:
         stream: bool = False,
         logprobs: int | None = None,
         special: bool = False,
+        response_format: dict[str, Any] | None = None,
     ) -> Completion | Iterator[CompletionChunk]:
         """Complete `prompt` (text, or token ids).
 
@@ -93,7 +95,10 @@ class Llama:
         gets dist(LlamaParams.seed) appended (unless it was given its own
         seed). `special=True` parses control-token text in the prompt. With
         stream=True, returns an iterator of CompletionChunk whose texts join to
-        the non-streamed text.
+        the non-streamed text. `response_format` (OpenAI's shapes:
+        {"type": "json_object"} for any JSON object, {"type": "json_object",
+        "schema": {...}} or {"type": "json_schema", "json_schema": {"schema":
+        {...}}}) puts the schema's grammar in front of the sampler chain.
         """
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
             raise InvalidParameterError(f"max_tokens must be a non-negative int or None, got {max_tokens!r}",
@@ -113,14 +118,21 @@ class Llama:
                 f"the prompt has {len(tokens)} tokens but the context holds {n_ctx} (n_ctx); "
                 "shorten the prompt or raise n_ctx"
             )
-        events = self._generate(tokens, max_tokens, sampler, stops, logprobs)
+        own = False
+        grammar = response_grammar(response_format)
+        if grammar is not None:
+            if sampler is not None and not isinstance(sampler, SamplerChain):
+                raise InvalidParameterError("response_format needs a SamplerChain (or no sampler)", field="sampler")
+            sampler = (sampler if sampler is not None else SamplerChain().greedy()).constrained(grammar)
+            own = True
+        events = self._generate(tokens, max_tokens, sampler, stops, logprobs, own)
         return events if stream else _collect(events, tokens)
 
     def _generate(self, prompt: list[int], max_tokens: int | None, sampler: LlamaSampler | None,
-                  stops: list[str], n_logprobs: int | None) -> Iterator[CompletionChunk]:
+                  stops: list[str], n_logprobs: int | None, own: bool = False) -> Iterator[CompletionChunk]:
         ctx, model = self._context, self._model
-        own_sampler = sampler is None
-        if own_sampler:
+        own_sampler = sampler is None or own
+        if sampler is None:
             sampler = SamplerChain().greedy()
         elif isinstance(sampler, SamplerChain):
             sampler.select_with(self.params.seed)  # for the dist appended to a chain that selects nothing
@@ -175,6 +187,29 @@ class Llama:
             idx = idx[np.argsort(-logits[idx])]
             best = tuple((int(i), float(logits[i] - logz)) for i in idx)
         return TokenLogprob(token, self._model.token_to_str(token), float(logits[token] - logz), best)
+
+
+def response_grammar(response_format: dict[str, Any] | None) -> Grammar | None:
+    """The grammar an OpenAI-shaped response_format asks for (None: free text)."""
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict) or "type" not in response_format:
+        raise InvalidParameterError('response_format must be a dict with a "type"', field="response_format")
+    kind = response_format["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = response_format.get("schema", {"type": "object"})
+    elif kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or "schema" not in spec:
+            raise InvalidParameterError('response_format json_schema needs {"json_schema": {"schema": {...}}}',
+                                        field="response_format.json_schema")
+        schema = spec["schema"]
+    else:
+        raise InvalidParameterError(f"response_format type {kind!r} is not text, json_object or json_schema",
+                                    field="response_format.type")
+    return Grammar.from_json_schema(schema)
 
 
 def _collect(events: Iterator[CompletionChunk], prompt: list[int]) -> Completion:
