@@ -68,6 +68,21 @@ def build(targets: tuple[str, ...] = TOOLS, backend: str = "cpu") -> Path:
     return bin_dir
 
 
+def json_schema_reference() -> Path:
+    """llama.cpp's own JSON-schema-to-GBNF converter (common/ of the pin) as a command: schema on stdin,
+    GBNF on stdout. Our 15-line main (reference/json_schema_to_gbnf.cpp) linked to the tools' libllama-common."""
+    bin_dir = build()
+    tool = bin_dir / "llamaplug-json-schema-to-gbnf"
+    source = HERE / "reference" / "json_schema_to_gbnf.cpp"
+    if tool.exists() and tool.stat().st_mtime >= source.stat().st_mtime:
+        return tool
+    tree = fetch.materialise()
+    includes = [f"-I{tree / d}" for d in ("common", "include", "ggml/include", "vendor")]
+    subprocess.run([os.environ.get("CXX", "g++"), "-std=c++17", "-O1", *includes, str(source), f"-L{bin_dir}",
+                    "-lllama-common", "-lllama", f"-Wl,-rpath,{bin_dir}", "-o", str(tool)], check=True)
+    return tool
+
+
 if __name__ == "__main__":
     import argparse
 

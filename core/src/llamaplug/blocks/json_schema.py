@@ -201,7 +201,7 @@ class _Converter:
         if ref in self.refs:
             return self.refs[ref]
         if not isinstance(ref, str) or not ref.startswith("#"):
-            raise UnsupportedSchemaError(f"only local references (#/...) are supported, not {ref!r}", "$ref", path)
+            raise UnsupportedSchemaError(f"$ref {ref!r}: only local references (#/...) are supported", "$ref", path)
         target: Any = self.root
         for part in [p for p in ref[1:].split("/") if p]:
             part = part.replace("~1", "/").replace("~0", "~")
@@ -407,7 +407,7 @@ def _bounds(schema: dict, path: str, integer: bool) -> tuple[int | None, int | N
             b = int(v) - 1 if exclusive and float(v).is_integer() else int(v // 1)  # floor
             hi = b if hi is None else min(hi, b)
     if lo is not None and hi is not None and lo > hi:
-        raise UnsupportedSchemaError(f"no integer lies between the bounds ({lo} > {hi})", "minimum", path)
+        raise UnsupportedSchemaError(f"minimum {lo} is above maximum {hi}: no integer fits", "minimum", path)
     return lo, hi
 
 
