@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 DEFAULT_SEED = 0xFFFFFFFF
 # Samplers that pick the token (set `selected`); every other one only reshapes the candidates.
 SELECTING = frozenset({"greedy", "dist", "mirostat", "mirostat_v2", "adaptive_p"})
+GRAMMARS = ("grammar", "grammar_lazy")
 DRY_BREAKERS = ("\n", ":", "\"", "*")  # llama.cpp's default sequence breakers
 _NO_TOKEN = {
     1: "selected no token",
@@ -141,7 +142,7 @@ class LlamaSampler(NativeHandle):
             # One buffer per sampler, reused every token (llama.cpp's chain keeps one the same way).
             cands = self._candidates = ffi.new("llama_token_data[]", n_vocab)
             self._token_out = ffi.new("llama_token *")
-        status = lib.llamaplug_sampler_sample(ptr, raw_ctx, idx, cands, len(cands), self._token_out)
+        status = self._sample_native(ptr, raw_ctx, idx, cands, self._token_out)
         py_sampler.raise_stored()  # a Python sampler's exception, once the native call is over
         if status in _NO_TOKEN:
             raise SamplingError(f"the sampler {self._describe()} {_NO_TOKEN[status]}; nothing was sampled")
@@ -150,6 +151,9 @@ class LlamaSampler(NativeHandle):
         if status:
             raise SamplingError(f"the sampler {self._describe()} failed (status {status})")
         return int(self._token_out[0])
+
+    def _sample_native(self, ptr: Any, raw_ctx: Any, idx: int, cands: Any, out: Any) -> int:
+        return int(lib.llamaplug_sampler_sample(ptr, raw_ctx, idx, cands, len(cands), out))
 
     def _describe(self) -> str:
         return self.name
@@ -259,6 +263,7 @@ class SamplerChain(LlamaSampler):
         self._auto_dist = False
         self._has_grammar = False
         self._selecting_at = -1  # len(names) right after a Python sampler that selects was added
+        self._grammar: LlamaSampler | None = None  # a leading grammar, sampled apart from the native chain
 
     def _build(self, n_vocab: int | None = None, vocab: Any = None) -> None:
         if self._closed:
@@ -280,6 +285,9 @@ class SamplerChain(LlamaSampler):
             for sampler in made:
                 lib.llama_sampler_free(sampler)
             raise
+        if self.names[0] in GRAMMARS and len(made) > 1:
+            # Sampled apart, the way llama.cpp's common sampler does (see llamaplug_sampler_sample_grammar).
+            self._grammar = LlamaSampler(made.pop(0), self.names[0])
         params = lib.llama_sampler_chain_default_params()
         params.no_perf = self._no_perf
         ptr = lib.llama_sampler_chain_init(params)
@@ -308,11 +316,6 @@ class SamplerChain(LlamaSampler):
     def closed(self) -> bool:
         return self._closed
 
-    def close(self) -> None:
-        self._closed = True
-        self._parts.clear()
-        super().close()
-
     def sample(self, ctx: LlamaContext | Any, idx: int = -1) -> int:
         raw = isinstance(ctx, ffi.CData)
         if not self._built:
@@ -332,6 +335,24 @@ class SamplerChain(LlamaSampler):
                 field="token")
         super().accept(token)
 
+    def reset(self) -> None:
+        super().reset()
+        if self._grammar is not None:
+            self._grammar.reset()
+
+    def close(self) -> None:
+        if self._grammar is not None:
+            self._grammar.close()
+        self._closed = True
+        self._parts.clear()
+        super().close()
+
+    def _sample_native(self, ptr: Any, raw_ctx: Any, idx: int, cands: Any, out: Any) -> int:
+        if self._grammar is None:
+            return super()._sample_native(ptr, raw_ctx, idx, cands, out)
+        return int(lib.llamaplug_sampler_sample_grammar(self._grammar._ptr, ptr, raw_ctx, idx, cands, len(cands),
+                                                        out))
+
     def _describe(self) -> str:
         return f"chain {' -> '.join(self.names)}" + (" -> dist (appended)" if self._auto_dist else "")
 
@@ -348,7 +369,7 @@ class SamplerChain(LlamaSampler):
         else:
             self._parts.append(make)
         self.names.append(name)
-        self._has_grammar |= name in ("grammar", "grammar_lazy")
+        self._has_grammar |= name in GRAMMARS
         return self
 
     def add(self, sampler: LlamaSampler | str | Any, **options: Any) -> SamplerChain:

@@ -57,6 +57,8 @@ static bool llamaplug_abort_on_interrupt(void *);
 static int llamaplug_take_interrupt(void);
 static int llamaplug_sampler_sample(struct llama_sampler *, struct llama_context *, int32_t, llama_token_data *,
                                     size_t, llama_token *);
+static int llamaplug_sampler_sample_grammar(struct llama_sampler *, struct llama_sampler *, struct llama_context *,
+                                            int32_t, llama_token_data *, size_t, llama_token *);
 int llamaplug_fit_params(const char *, struct llama_model_params *, struct llama_context_params *, float *,
                          struct llama_model_tensor_buft_override *, size_t *, uint32_t);
 """
@@ -111,18 +113,9 @@ static int llamaplug_take_interrupt(void) {
     return was;
 }
 
-/* llama_sampler_sample of the pin, with a status where it would GGML_ASSERT (abort the
-   process): 1 = no sampler selected a candidate, 2 = no logits at idx, 3 = more candidates
-   than `cap`, 4 = the selected candidate was removed (logit -inf or NaN: every token was
-   masked). `buf` is the caller's candidate buffer, reused across calls. */
-static int llamaplug_sampler_sample(struct llama_sampler * smpl, struct llama_context * ctx, int32_t idx,
-                                    llama_token_data * buf, size_t cap, llama_token * out) {
-    const llama_token sampled = llama_get_sampled_token_ith(ctx, idx);
-    if (sampled != LLAMA_TOKEN_NULL) {
-        llama_sampler_accept(smpl, sampled);
-        *out = sampled;
-        return 0;
-    }
+/* The candidates of output idx (llama_sampler_sample's first half): 0, or 2 = no logits, 3 = over `cap`. */
+static int llamaplug_fill_candidates(struct llama_context * ctx, int32_t idx, llama_token_data * buf, size_t cap,
+                                     size_t * n_out) {
     const float * probs = llama_get_sampled_probs_ith(ctx, idx);
     const float * sampled_logits = llama_get_sampled_logits_ith(ctx, idx);
     const llama_token * ids = llama_get_sampled_candidates_ith(ctx, idx);
@@ -148,11 +141,68 @@ static int llamaplug_sampler_sample(struct llama_sampler * smpl, struct llama_co
             buf[i].id = (llama_token) i; buf[i].logit = logits[i]; buf[i].p = 0.0f;
         }
     }
+    *n_out = n;
+    return 0;
+}
+
+/* Apply, then the checks llama_sampler_sample GGML_ASSERTs: 1 = nothing selected, 4 = the selected
+   candidate was removed (logit -inf or NaN: every token was masked). */
+static int llamaplug_pick(struct llama_sampler * first, struct llama_sampler * smpl, llama_token_data * buf,
+                          size_t n, llama_token * out) {
     llama_token_data_array cur = { buf, n, -1, false };
+    if (first) llama_sampler_apply(first, &cur);
     llama_sampler_apply(smpl, &cur);
     if (cur.selected < 0 || cur.selected >= (int64_t) cur.size) return 1;
     if (!(cur.data[cur.selected].logit > -INFINITY)) return 4;
     *out = cur.data[cur.selected].id;
+    return 0;
+}
+
+/* llama_sampler_sample of the pin, with a status where it would GGML_ASSERT (abort the process):
+   1 = no sampler selected a candidate, 2 = no logits at idx, 3 = more candidates than `cap`,
+   4 = the selected candidate was removed. `buf` is the caller's candidate buffer, reused across calls. */
+static int llamaplug_sampler_sample(struct llama_sampler * smpl, struct llama_context * ctx, int32_t idx,
+                                    llama_token_data * buf, size_t cap, llama_token * out) {
+    const llama_token sampled = llama_get_sampled_token_ith(ctx, idx);
+    if (sampled != LLAMA_TOKEN_NULL) {
+        llama_sampler_accept(smpl, sampled);
+        *out = sampled;
+        return 0;
+    }
+    size_t n;
+    int status = llamaplug_fill_candidates(ctx, idx, buf, cap, &n);
+    if (status) return status;
+    status = llamaplug_pick(NULL, smpl, buf, n, out);
+    if (status) return status;
+    llama_sampler_accept(smpl, *out);
+    return 0;
+}
+
+/* The same for a grammar and the chain after it, as llama.cpp's common sampler does it: the chain
+   picks from the unconstrained candidates, and only when the grammar refuses that token are the
+   candidates rebuilt, the grammar applied to all of them and the chain run again. Checking one
+   token instead of the whole vocabulary is what makes constrained generation cheap. */
+static int llamaplug_sampler_sample_grammar(struct llama_sampler * grammar, struct llama_sampler * smpl,
+                                            struct llama_context * ctx, int32_t idx, llama_token_data * buf,
+                                            size_t cap, llama_token * out) {
+    size_t n;
+    int status = llamaplug_fill_candidates(ctx, idx, buf, cap, &n);
+    if (status) return status;
+    if (llamaplug_pick(NULL, smpl, buf, n, out) == 0) {
+        llama_token_data single = { *out, 1.0f, 0.0f };
+        llama_token_data_array one = { &single, 1, -1, false };
+        llama_sampler_apply(grammar, &one);
+        if (single.logit > -INFINITY) {
+            llama_sampler_accept(grammar, *out);
+            llama_sampler_accept(smpl, *out);
+            return 0;
+        }
+    }
+    status = llamaplug_fill_candidates(ctx, idx, buf, cap, &n);
+    if (status) return status;
+    status = llamaplug_pick(grammar, smpl, buf, n, out);
+    if (status) return status;
+    llama_sampler_accept(grammar, *out);
     llama_sampler_accept(smpl, *out);
     return 0;
 }
