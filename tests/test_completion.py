@@ -101,3 +101,26 @@ def test_generate_seed_004(llama):
     nxt = int(np.argmax(logits))
     ctx.decode_single(nxt)
     assert ctx.n_past == len(tokens) + 1
+
+
+def test_logprobs_are_a_log_softmax_and_copy_the_vocabulary_once(llama):
+    import tracemalloc
+
+    import numpy as np
+
+    out = llama.create_completion(PROMPT, max_tokens=1, logprobs=3)
+    ctx = llama.context
+    ctx.clear_cache()
+    ctx.eval(llama.tokenize(PROMPT), 0)
+    logits = ctx.get_logits_ith(-1).astype(np.float64)
+    reference = logits - (logits.max() + np.log(np.exp(logits - logits.max()).sum()))
+    got = out.logprobs[0]
+    assert math.isclose(got.logprob, reference[got.token], abs_tol=1e-4)
+    assert [t for t, _ in got.top] == list(np.argsort(-reference, kind="stable")[:3])
+    llama._logprob(got.token, 3)  # the scratch row exists from now on
+    tracemalloc.start()
+    llama._logprob(got.token, 3)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # argpartition's index row (8 bytes a token) and small change; a float copy of the row would add 4 more.
+    assert peak < llama.model.n_vocab * 8 + 64 * 1024, peak

@@ -177,16 +177,23 @@ class Llama:
                 sampler.close()
 
     def _logprob(self, token: int, n: int) -> TokenLogprob:
-        # The logits row is a view; log-softmax runs in numpy, never a Python loop over the vocabulary.
+        # The logits row is a view. The vocabulary is copied once per token, into a scratch row kept
+        # for the next token: exp(logits - max) in place, whose order is the logits' order for the
+        # top n. Never a Python loop over the vocabulary.
         logits = self._context.get_logits_ith(-1)
-        top = logits.max()
-        logz = top + np.log(np.exp(logits - top, dtype=np.float64).sum())
+        scratch = getattr(self, "_scratch", None)
+        if scratch is None or scratch.size != logits.size:
+            scratch = self._scratch = np.empty(logits.size, dtype=np.float32)
+        top = float(logits.max())
+        np.subtract(logits, top, out=scratch)
+        np.exp(scratch, out=scratch)
+        logz = top + float(np.log(scratch.sum(dtype=np.float64)))
         best: tuple[tuple[int, float], ...] = ()
         if n:
-            idx = np.argpartition(-logits, n - 1)[:n] if n < logits.size else np.arange(logits.size)
-            idx = idx[np.argsort(-logits[idx])]
-            best = tuple((int(i), float(logits[i] - logz)) for i in idx)
-        return TokenLogprob(token, self._model.token_to_str(token), float(logits[token] - logz), best)
+            idx = np.argpartition(scratch, -n)[-n:] if n < logits.size else np.arange(logits.size)
+            idx = idx[np.argsort(-logits[idx], kind="stable")]
+            best = tuple((int(i), float(logits[i]) - logz) for i in idx)
+        return TokenLogprob(token, self._model.token_to_str(token), float(logits[token]) - logz, best)
 
 
 def response_grammar(response_format: dict[str, Any] | None) -> Grammar | None:
