@@ -2,13 +2,21 @@
 
 Every check runs in a fresh interpreter (`run_isolated`), so a segfault or an
 abort in llama.cpp fails the test instead of killing pytest. Cheap checks that
-share a model load run in one child; each check still is its own test. The
-child prints one line per check:
+share a model load run in one child, a module-scoped fixture. The child prints
+one line per check:
 
     OK <label> <ClassName> <json: message, field, token>     the expected exception
     FAIL <label> <what happened instead>                     anything else
 
 and exits 0; the parent asserts the exit status, the class and the message.
+
+Each fixture's plain checks are rows of one table (`BAD_FILE_CASES`,
+`PARAM_CASES`, `HUGE_CONTEXT_CASES`, `MODEL_CASES`, `CLOSED_CASES`): the label
+the child prints, the exception class expected, fragments its message must
+contain and the attributes (`field`, `token`) it must carry. One parametrized
+test per table makes each row its own test case, with the row's id as its
+name. Checks that assert more than that (timings, process health, values only
+the child knows, extra output) are separate tests.
 """
 
 from __future__ import annotations
@@ -157,12 +165,26 @@ def bad_file_results(bad_files):
         """)
 
 
-def test_missing_path_is_model_not_found(bad_file_results, bad_files):
-    check(bad_file_results, "missing", "ModelNotFoundError", str(bad_files["missing"]), "not found")
+# (label, exception, the file whose path the message names, further message fragments)
+BAD_FILE_CASES = [
+    pytest.param("missing", "ModelNotFoundError", "missing", ("not found",),
+                 id="missing_path_is_model_not_found"),
+    pytest.param("missing_llama", "ModelNotFoundError", "missing", (),
+                 id="missing_path_through_llama_load"),
+    pytest.param("directory", "InvalidModelError", "directory", ("directory",),
+                 id="directory_is_invalid_model"),
+    pytest.param("empty", "InvalidModelError", "empty", ("empty",),
+                 id="empty_file_is_invalid_model"),
+    pytest.param("magic", "InvalidModelError", "magic", ("magic",),
+                 id="wrong_magic_is_invalid_model"),
+    pytest.param("magic_text", "InvalidModelError", "magic_text", ("not a GGUF file",),
+                 id="text_file_is_invalid_model"),
+]
 
 
-def test_missing_path_through_llama_load(bad_file_results, bad_files):
-    check(bad_file_results, "missing_llama", "ModelNotFoundError", str(bad_files["missing"]))
+@pytest.mark.parametrize("label,exc_name,path_key,fragments", BAD_FILE_CASES)
+def test_bad_file(bad_file_results, bad_files, label, exc_name, path_key, fragments):
+    check(bad_file_results, label, exc_name, str(bad_files[path_key]), *fragments)
 
 
 def test_model_not_found_is_also_file_not_found():
@@ -170,22 +192,6 @@ def test_model_not_found_is_also_file_not_found():
 
     assert issubclass(lp.ModelNotFoundError, FileNotFoundError)
     assert issubclass(lp.ModelNotFoundError, lp.LlamaError)
-
-
-def test_directory_is_invalid_model(bad_file_results, bad_files):
-    check(bad_file_results, "directory", "InvalidModelError", str(bad_files["directory"]), "directory")
-
-
-def test_empty_file_is_invalid_model(bad_file_results, bad_files):
-    check(bad_file_results, "empty", "InvalidModelError", str(bad_files["empty"]), "empty")
-
-
-def test_wrong_magic_is_invalid_model(bad_file_results, bad_files):
-    check(bad_file_results, "magic", "InvalidModelError", str(bad_files["magic"]), "magic")
-
-
-def test_text_file_is_invalid_model(bad_file_results, bad_files):
-    check(bad_file_results, "magic_text", "InvalidModelError", str(bad_files["magic_text"]), "not a GGUF file")
 
 
 # -- truncated copies of the real model ------------------------------------------------
@@ -285,36 +291,30 @@ def param_results(smollm2_path):
         """)
 
 
-def test_negative_n_ctx_names_the_field(param_results):
-    check(param_results, "n_ctx_negative", "InvalidParameterError", "n_ctx", "-5", field="n_ctx")
+# (label, exception, message fragments, attributes)
+PARAM_CASES = [
+    pytest.param("n_ctx_negative", "InvalidParameterError", ("n_ctx", "-5"), {"field": "n_ctx"},
+                 id="negative_n_ctx_names_the_field"),
+    pytest.param("unknown_field", "InvalidParameterError", ("bogus_field",), {"field": "bogus_field"},
+                 id="unknown_field_is_invalid_parameter"),
+    pytest.param("n_threads_zero", "InvalidParameterError", ("n_threads",), {"field": "n_threads"},
+                 id="zero_threads_is_invalid_parameter"),
+    pytest.param("n_ctx_wrong_type", "InvalidParameterError", ("n_ctx", "lots"), {"field": "n_ctx"},
+                 id="wrong_type_is_invalid_parameter"),
+    pytest.param("assignment", "InvalidParameterError", ("n_ctx",), {"field": "n_ctx"},
+                 id="assignment_is_validated"),
+    pytest.param("builder", "InvalidParameterError", ("n_batch",), {"field": "n_batch"},
+                 id="builder_is_validated"),
+    pytest.param("kv_type", "InvalidParameterError", ("q3_z",), {"field": "type_k"},
+                 id="unknown_kv_type_is_invalid_parameter"),
+    pytest.param("sampler_params", "InvalidParameterError", ("top_p",), {"field": "top_p"},
+                 id="sampler_params_are_validated"),
+]
 
 
-def test_unknown_field_is_invalid_parameter(param_results):
-    check(param_results, "unknown_field", "InvalidParameterError", "bogus_field", field="bogus_field")
-
-
-def test_zero_threads_is_invalid_parameter(param_results):
-    check(param_results, "n_threads_zero", "InvalidParameterError", "n_threads", field="n_threads")
-
-
-def test_wrong_type_is_invalid_parameter(param_results):
-    check(param_results, "n_ctx_wrong_type", "InvalidParameterError", "n_ctx", "lots", field="n_ctx")
-
-
-def test_assignment_is_validated(param_results):
-    check(param_results, "assignment", "InvalidParameterError", "n_ctx", field="n_ctx")
-
-
-def test_builder_is_validated(param_results):
-    check(param_results, "builder", "InvalidParameterError", "n_batch", field="n_batch")
-
-
-def test_unknown_kv_type_is_invalid_parameter(param_results):
-    check(param_results, "kv_type", "InvalidParameterError", "q3_z", field="type_k")
-
-
-def test_sampler_params_are_validated(param_results):
-    check(param_results, "sampler_params", "InvalidParameterError", "top_p", field="top_p")
+@pytest.mark.parametrize("label,exc_name,fragments,attrs", PARAM_CASES)
+def test_bad_parameter(param_results, label, exc_name, fragments, attrs):
+    check(param_results, label, exc_name, *fragments, **attrs)
 
 
 def test_invalid_parameter_is_also_value_error():
@@ -350,25 +350,24 @@ def huge_context_results(smollm2_path):
         """)
 
 
-def test_n_ctx_max_int32_is_context_too_large(huge_context_results):
-    check(huge_context_results, "n_ctx_max_int32", "ContextTooLargeError", "n_ctx=2147483647")
+# (label, exception, message fragments, attributes)
+HUGE_CONTEXT_CASES = [
+    pytest.param("n_ctx_max_int32", "ContextTooLargeError", ("n_ctx=2147483647",), {},
+                 id="n_ctx_max_int32_is_context_too_large"),
+    pytest.param("n_ctx_2_26", "ContextTooLargeError", ("n_ctx=67108864", "GiB"), {},
+                 id="n_ctx_beyond_memory_is_context_too_large"),
+    pytest.param("context_direct", "ContextTooLargeError", ("n_ctx=1073741824",), {},
+                 id="huge_context_on_a_model_directly"),
+    pytest.param("n_ctx_over_uint32", "InvalidParameterError", ("n_ctx",), {"field": "n_ctx"},
+                 id="n_ctx_beyond_uint32_is_invalid_parameter"),
+    pytest.param("n_seq_max_huge", "InvalidParameterError", ("n_seq_max", "1000000"), {"field": "n_seq_max"},
+                 id="n_seq_max_beyond_limit_is_invalid_parameter"),
+]
 
 
-def test_n_ctx_beyond_memory_is_context_too_large(huge_context_results):
-    check(huge_context_results, "n_ctx_2_26", "ContextTooLargeError", "n_ctx=67108864", "GiB")
-
-
-def test_huge_context_on_a_model_directly(huge_context_results):
-    check(huge_context_results, "context_direct", "ContextTooLargeError", "n_ctx=1073741824")
-
-
-def test_n_ctx_beyond_uint32_is_invalid_parameter(huge_context_results):
-    check(huge_context_results, "n_ctx_over_uint32", "InvalidParameterError", "n_ctx", field="n_ctx")
-
-
-def test_n_seq_max_beyond_limit_is_invalid_parameter(huge_context_results):
-    check(huge_context_results, "n_seq_max_huge", "InvalidParameterError", "n_seq_max", "1000000",
-          field="n_seq_max")
+@pytest.mark.parametrize("label,exc_name,fragments,attrs", HUGE_CONTEXT_CASES)
+def test_huge_context(huge_context_results, label, exc_name, fragments, attrs):
+    check(huge_context_results, label, exc_name, *fragments, **attrs)
 
 
 def test_huge_context_fails_fast_without_touching_memory(huge_context_results):
@@ -451,37 +450,51 @@ def _n_vocab(proc) -> int:
     return int(next(line for line in proc.stdout.splitlines() if line.startswith("N_VOCAB ")).split()[1])
 
 
-def test_sampling_before_any_decode(model_results):
-    check(model_results, "sample_fresh", "InvalidParameterError", "no logits", "nothing decoded")
+# (label, exception, message fragments, attributes); the checks on ids past n_vocab follow as tests
+MODEL_CASES = [
+    pytest.param("sample_fresh", "InvalidParameterError", ("no logits", "nothing decoded"), {},
+                 id="sampling_before_any_decode"),
+    pytest.param("logits_fresh", "InvalidParameterError", ("no logits",), {},
+                 id="logits_before_any_decode"),
+    pytest.param("overflow_text", "ContextOverflowError", ("n_ctx", "256"), {},
+                 id="prompt_longer_than_context"),
+    pytest.param("overflow_stream", "ContextOverflowError", ("n_ctx", "256"), {},
+                 id="prompt_longer_than_context_streamed"),
+    pytest.param("overflow_tokens", "ContextOverflowError", ("300 tokens", "256"), {},
+                 id="token_prompt_longer_than_context"),
+    pytest.param("overflow_eval", "ContextOverflowError", ("300 tokens", "n_ctx=256"), {},
+                 id="eval_longer_than_context"),
+    pytest.param("completion_negative", "InvalidTokenError", ("token id -1",), {"token": -1},
+                 id="completion_with_negative_token"),
+    pytest.param("token_to_piece", "InvalidTokenError", ("token id -3",), {"token": -3},
+                 id="token_to_piece_bad_token"),
+    pytest.param("max_tokens", "InvalidParameterError", ("max_tokens", "-1"), {"field": "max_tokens"},
+                 id="negative_max_tokens"),
+    pytest.param("generate_max_tokens", "InvalidParameterError", ("max_tokens", "-2"), {"field": "max_tokens"},
+                 id="negative_max_tokens_in_context_generate"),
+    pytest.param("seq_rm", "InvalidParameterError", ("seq_id 5", "n_seq_max"), {"field": "seq_id"},
+                 id="kv_cache_seq_rm_bad_seq_id"),
+    pytest.param("seq_rm_negative", "InvalidParameterError", ("seq_id -2",), {"field": "seq_id"},
+                 id="kv_cache_seq_rm_negative_seq_id"),
+    pytest.param("seq_cp", "InvalidParameterError", ("seq_id 1",), {"field": "seq_id"},
+                 id="kv_cache_seq_cp_bad_seq_id"),
+    pytest.param("batch_seq", "InvalidParameterError", ("seq_id 3", "n_seq_max"), {"field": "seq_id"},
+                 id="batch_seq_id_beyond_n_seq_max"),
+    pytest.param("surrogate_completion", "InvalidParameterError", ("\\ud800", "character 3"), {"field": "text"},
+                 id="lone_surrogate_in_prompt"),
+    pytest.param("surrogate_tokenize", "InvalidParameterError", ("\\ud800",), {"field": "text"},
+                 id="lone_surrogate_in_tokenize"),
+]
 
 
-def test_logits_before_any_decode(model_results):
-    check(model_results, "logits_fresh", "InvalidParameterError", "no logits")
-
-
-def test_prompt_longer_than_context(model_results):
-    check(model_results, "overflow_text", "ContextOverflowError", "n_ctx", "256")
-
-
-def test_prompt_longer_than_context_streamed(model_results):
-    check(model_results, "overflow_stream", "ContextOverflowError", "n_ctx", "256")
-
-
-def test_token_prompt_longer_than_context(model_results):
-    check(model_results, "overflow_tokens", "ContextOverflowError", "300 tokens", "256")
-
-
-def test_eval_longer_than_context(model_results):
-    check(model_results, "overflow_eval", "ContextOverflowError", "300 tokens", "n_ctx=256")
+@pytest.mark.parametrize("label,exc_name,fragments,attrs", MODEL_CASES)
+def test_bad_model_input(model_results, label, exc_name, fragments, attrs):
+    check(model_results, label, exc_name, *fragments, **attrs)
 
 
 def test_detokenize_out_of_vocabulary(model_results):
     bad = _n_vocab(model_results) + 5
     check(model_results, "detokenize", "InvalidTokenError", f"token id {bad}", token=bad)
-
-
-def test_completion_with_negative_token(model_results):
-    check(model_results, "completion_negative", "InvalidTokenError", "token id -1", token=-1)
 
 
 def test_decode_batch_with_bad_token(model_results):
@@ -494,46 +507,10 @@ def test_decode_single_bad_token(model_results):
     check(model_results, "decode_single", "InvalidTokenError", f"token id {bad}", token=bad)
 
 
-def test_token_to_piece_bad_token(model_results):
-    check(model_results, "token_to_piece", "InvalidTokenError", "token id -3", token=-3)
-
-
-def test_negative_max_tokens(model_results):
-    check(model_results, "max_tokens", "InvalidParameterError", "max_tokens", "-1", field="max_tokens")
-
-
-def test_negative_max_tokens_in_context_generate(model_results):
-    check(model_results, "generate_max_tokens", "InvalidParameterError", "max_tokens", "-2", field="max_tokens")
-
-
-def test_kv_cache_seq_rm_bad_seq_id(model_results):
-    check(model_results, "seq_rm", "InvalidParameterError", "seq_id 5", "n_seq_max", field="seq_id")
-
-
-def test_kv_cache_seq_rm_negative_seq_id(model_results):
-    check(model_results, "seq_rm_negative", "InvalidParameterError", "seq_id -2", field="seq_id")
-
-
-def test_kv_cache_seq_cp_bad_seq_id(model_results):
-    check(model_results, "seq_cp", "InvalidParameterError", "seq_id 1", field="seq_id")
-
-
-def test_batch_seq_id_beyond_n_seq_max(model_results):
-    check(model_results, "batch_seq", "InvalidParameterError", "seq_id 3", "n_seq_max", field="seq_id")
-
-
 def test_token_in_two_sequences_needs_a_unified_cache(model_results):
     check(model_results, "batch_coupled", "InvalidParameterError", "token 0", "2 sequences", "kv_unified=True",
           field="n_seq_id")
     assert "COUPLED_UNIFIED 1 1" in model_results.stdout  # with one cache the same batch decodes
-
-
-def test_lone_surrogate_in_prompt(model_results):
-    check(model_results, "surrogate_completion", "InvalidParameterError", "\\ud800", "character 3", field="text")
-
-
-def test_lone_surrogate_in_tokenize(model_results):
-    check(model_results, "surrogate_tokenize", "InvalidParameterError", "\\ud800", field="text")
 
 
 def test_model_still_works_after_bad_input(model_results):
@@ -583,40 +560,32 @@ def closed_results(smollm2_path):
         """)
 
 
-def test_completion_after_close(closed_results):
-    check(closed_results, "completion_after_close", "ClosedError", "closed")
+# (label, exception, message fragments, attributes)
+CLOSED_CASES = [
+    pytest.param("completion_after_close", "ClosedError", ("closed",), {},
+                 id="completion_after_close"),
+    pytest.param("tokenize_after_close", "ClosedError", ("closed",), {},
+                 id="tokenize_after_close"),
+    pytest.param("context_after_llama_close", "ClosedError", ("context", "closed"), {},
+                 id="context_after_llama_close"),
+    pytest.param("context_eval_after_model_close", "ClosedError", ("context", "closed"), {},
+                 id="context_eval_after_model_close"),
+    pytest.param("context_n_ctx_after_model_close", "ClosedError", ("closed",), {},
+                 id="context_property_after_model_close"),
+    pytest.param("context_cache_after_model_close", "ClosedError", ("closed",), {},
+                 id="context_cache_after_model_close"),
+    pytest.param("blocks_context_after_model_close", "ClosedError", ("closed",), {},
+                 id="blocks_context_after_model_close"),
+    pytest.param("blocks_logits_after_model_close", "ClosedError", ("closed",), {},
+                 id="blocks_logits_after_model_close"),
+    pytest.param("sample_closed_context", "ClosedError", ("closed",), {},
+                 id="sampling_on_closed_context"),
+]
 
 
-def test_tokenize_after_close(closed_results):
-    check(closed_results, "tokenize_after_close", "ClosedError", "closed")
-
-
-def test_context_after_llama_close(closed_results):
-    check(closed_results, "context_after_llama_close", "ClosedError", "context", "closed")
-
-
-def test_context_eval_after_model_close(closed_results):
-    check(closed_results, "context_eval_after_model_close", "ClosedError", "context", "closed")
-
-
-def test_context_property_after_model_close(closed_results):
-    check(closed_results, "context_n_ctx_after_model_close", "ClosedError", "closed")
-
-
-def test_context_cache_after_model_close(closed_results):
-    check(closed_results, "context_cache_after_model_close", "ClosedError", "closed")
-
-
-def test_blocks_context_after_model_close(closed_results):
-    check(closed_results, "blocks_context_after_model_close", "ClosedError", "closed")
-
-
-def test_blocks_logits_after_model_close(closed_results):
-    check(closed_results, "blocks_logits_after_model_close", "ClosedError", "closed")
-
-
-def test_sampling_on_closed_context(closed_results):
-    check(closed_results, "sample_closed_context", "ClosedError", "closed")
+@pytest.mark.parametrize("label,exc_name,fragments,attrs", CLOSED_CASES)
+def test_use_after_close(closed_results, label, exc_name, fragments, attrs):
+    check(closed_results, label, exc_name, *fragments, **attrs)
 
 
 def test_closed_sampler(closed_results):

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 
 from ..raw import ffi, lib
+from . import _callback_errors
 
 log = logging.getLogger("llamaplug.native")
 
@@ -52,24 +53,7 @@ def capture_errors() -> Iterator[list[str]]:
         _captures.remove(lines)
 
 
-# An exception raised inside the callback (KeyboardInterrupt, when a pending
-# SIGINT handler runs there) cannot cross the C frames; it is kept here and
-# raised again by `raise_stored()` once the C call has returned.
-_stored: list[BaseException] = []
-
-
-def _store(exc_type, exc_value, traceback) -> None:  # noqa: ARG001 - cffi's onerror signature
-    _stored.append(exc_value if exc_value is not None else exc_type())
-
-
-def raise_stored() -> None:
-    if _stored:
-        exc = _stored[0]
-        _stored.clear()
-        raise exc
-
-
-@ffi.def_extern(onerror=_store)
+@ffi.def_extern(onerror=_callback_errors.store)
 def _llamaplug_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
     py_level = _state["level"] if level == _CONT else _GGML.get(level, logging.INFO)
     if _captures and py_level >= logging.WARNING:

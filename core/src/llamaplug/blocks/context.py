@@ -24,7 +24,7 @@ from ..errors import (
 from ..params import ContextParams, SamplerParams
 from ..plugins import pm
 from ..raw import ffi, lib
-from . import _native_log
+from . import _callback_errors, _native_log
 from ._handle import NativeHandle
 from ._threadpool import ThreadPools
 from .batch import LlamaBatch
@@ -39,7 +39,7 @@ def _interrupted() -> None:
     """A decode was aborted by SIGINT: let Python's pending handler raise KeyboardInterrupt now."""
     lib.llamaplug_take_interrupt()
     _run_pending_signal_handlers()
-    _native_log.raise_stored()  # the handler may have run inside the log callback already
+    _callback_errors.raise_stored()  # the handler may have run inside the log callback already
 
 
 def _run_pending_signal_handlers() -> None:

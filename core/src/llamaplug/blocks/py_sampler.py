@@ -7,7 +7,8 @@ gives ``ids`` and ``logits`` as writable numpy views over llama.cpp's
 ``llama_token_data_array`` (no copy), ``sorted``, ``selected`` (settable, for
 samplers that pick) and ``keep(n)``. An exception raised in a callback cannot cross
 the C frames: it is stored, the candidates are left as they were, and it is raised
-again once the native call returns (`raise_stored`), with the chain still usable.
+again once the native call returns (`_callback_errors.raise_stored`), with the chain
+still usable.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import numpy as np
 
 from ..errors import InvalidParameterError
 from ..raw import ffi, lib
+from . import _callback_errors
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 
 # Native sampler ctx handle -> (the Python object, its name as a C string). The handle keeps the
 # object alive while llama.cpp holds the sampler; `free` drops it.
 _live: dict[Any, tuple[Any, Any, Any]] = {}
-_stored: list[BaseException] = []
 _lock = threading.Lock()
 
 
@@ -86,24 +87,12 @@ def _entry(smpl: Any) -> tuple[Any, Any, Any]:
     return _live[int(ffi.cast("uintptr_t", smpl.ctx))]
 
 
-def _store(exc_type: Any, exc_value: Any, traceback: Any) -> None:  # noqa: ARG001 - cffi's onerror signature
-    _stored.append(exc_value if exc_value is not None else exc_type())
-
-
-def raise_stored() -> None:
-    """Raise (once) what a Python sampler raised inside the last native call."""
-    if _stored:
-        exc = _stored[0]
-        _stored.clear()
-        raise exc
-
-
-@ffi.def_extern(onerror=_store)
+@ffi.def_extern(onerror=_callback_errors.store)
 def _llamaplug_sampler_name(smpl):
     return _entry(smpl)[1]
 
 
-@ffi.def_extern(onerror=_store)
+@ffi.def_extern(onerror=_callback_errors.store)
 def _llamaplug_sampler_accept(smpl, token):
     obj = _entry(smpl)[0]
     accept = getattr(obj, "accept", None)
@@ -111,19 +100,19 @@ def _llamaplug_sampler_accept(smpl, token):
         accept(int(token))
 
 
-@ffi.def_extern(onerror=_store)
+@ffi.def_extern(onerror=_callback_errors.store)
 def _llamaplug_sampler_apply(smpl, cur_p):
     _entry(smpl)[0].apply(Candidates(cur_p))
 
 
-@ffi.def_extern(onerror=_store)
+@ffi.def_extern(onerror=_callback_errors.store)
 def _llamaplug_sampler_reset(smpl):
     reset = getattr(_entry(smpl)[0], "reset", None)
     if reset is not None:
         reset()
 
 
-@ffi.def_extern(onerror=_store)
+@ffi.def_extern(onerror=_callback_errors.store)
 def _llamaplug_sampler_clone(smpl):
     obj, name, _ = _entry(smpl)
     clone = getattr(obj, "clone", None)
@@ -131,7 +120,7 @@ def _llamaplug_sampler_clone(smpl):
     return _native(twin, ffi.string(name).decode())
 
 
-@ffi.def_extern(onerror=_store)
+@ffi.def_extern(onerror=_callback_errors.store)
 def _llamaplug_sampler_free(smpl):
     with _lock:
         _live.pop(int(ffi.cast("uintptr_t", smpl.ctx)), None)

@@ -27,7 +27,7 @@ from .. import plugins
 from ..errors import ClosedError, InvalidParameterError, InvalidTokenError, SamplingError
 from ..params import SamplerParams
 from ..raw import ffi, lib
-from . import py_sampler
+from . import _callback_errors, py_sampler
 from ._handle import NativeHandle
 from ._text import encode_text
 from .grammar import Grammar
@@ -143,7 +143,7 @@ class LlamaSampler(NativeHandle):
             cands = self._candidates = ffi.new("llama_token_data[]", n_vocab)
             self._token_out = ffi.new("llama_token *")
         status = self._sample_native(ptr, raw_ctx, idx, cands, self._token_out)
-        py_sampler.raise_stored()  # a Python sampler's exception, once the native call is over
+        _callback_errors.raise_stored()  # a Python sampler's exception, once the native call is over
         if status in _NO_TOKEN:
             raise SamplingError(f"the sampler {self._describe()} {_NO_TOKEN[status]}; nothing was sampled")
         if status == 2:
@@ -165,12 +165,12 @@ class LlamaSampler(NativeHandle):
             return
         self._just_sampled = None
         lib.llama_sampler_accept(self._ptr, token)
-        py_sampler.raise_stored()
+        _callback_errors.raise_stored()
 
     def reset(self) -> None:
         self._just_sampled = None
         lib.llama_sampler_reset(self._ptr)
-        py_sampler.raise_stored()
+        _callback_errors.raise_stored()
 
     @classmethod
     def from_python(cls, obj: Any, name: str | None = None) -> LlamaSampler:
@@ -317,6 +317,8 @@ class SamplerChain(LlamaSampler):
         return self._closed
 
     def sample(self, ctx: LlamaContext | Any, idx: int = -1) -> int:
+        if self._closed:  # before the context is asked anything
+            raise ClosedError("this sampler chain is closed")
         raw = isinstance(ctx, ffi.CData)
         if not self._built:
             if raw:
