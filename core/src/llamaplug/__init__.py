@@ -13,6 +13,7 @@ from .errors import (
     BackendError,
     BackendMismatchError,
     BackendNotInitialisedError,
+    ChatTemplateError,
     ClosedError,
     ContextOverflowError,
     ContextTooLargeError,
@@ -50,6 +51,8 @@ from .blocks.context import LlamaContext  # noqa: E402
 from .blocks.grammar import Grammar  # noqa: E402
 from .blocks.model import LlamaModel  # noqa: E402
 from .blocks.sampling import LlamaSampler, SamplerChain  # noqa: E402
+from .high.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
+from .high.chat_template import ChatTemplate  # noqa: E402
 from .high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob  # noqa: E402
 from .high.llama import Llama  # noqa: E402
 
@@ -63,11 +66,11 @@ __all__ = [
     "GGML_VERSION", "LLAMA_CPP_COMMIT", "__version__", "hookimpl", "backends",
     "LlamaBackend", "BackendStatus", "DeviceInfo", "LlamaModel", "LlamaContext", "ContextBuilder", "LlamaBatch",
     "LlamaSampler", "SamplerChain", "Grammar", "Llama", "Completion", "CompletionChunk", "CompletionTimings",
-    "StopReason", "TokenLogprob",
+    "StopReason", "TokenLogprob", "ChatCompletion", "ChatCompletionChunk", "ChatTemplate",
     "LlamaParams", "ModelParams", "ContextParams", "SamplerParams", "KvCacheType", "FlashAttnType",
     "NumaStrategy", "SplitMode", "RopeScalingType", "PoolingType", "AttentionType",
     "LlamaError", "BackendError", "BackendMismatchError", "BackendNotInitialisedError", "NoBackendError",
     "ModelNotFoundError", "InvalidModelError", "ContextTooLargeError", "ContextOverflowError", "DecodeError",
     "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError",
-    "InvalidGrammarError",
+    "InvalidGrammarError", "ChatTemplateError",
 ]

@@ -80,6 +80,10 @@ class StateError(LlamaError):
     """A context state could not be saved or restored."""
 
 
+class ChatTemplateError(LlamaError):
+    """A chat template did not compile, or raised while rendering the messages (its message is kept)."""
+
+
 class SamplingError(LlamaError):
     """A sampler chain could not pick a token (it selects none, or every candidate was removed)."""
 

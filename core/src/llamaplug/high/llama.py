@@ -16,6 +16,7 @@ from ..blocks.model import LlamaModel
 from ..blocks.sampling import LlamaSampler, SamplerChain
 from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import LlamaParams
+from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks, check_messages, prompt_tokens
 from .completion import (
     Completion,
     CompletionChunk,
@@ -127,6 +128,38 @@ class Llama:
             own = True
         events = self._generate(tokens, max_tokens, sampler, stops, logprobs, own)
         return events if stream else _collect(events, tokens)
+
+    def create_chat_completion(
+        self,
+        messages: list[dict[str, Any]],
+        max_tokens: int | None = None,
+        sampler: LlamaSampler | None = None,
+        stop: str | list[str] | None = None,
+        stream: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | None = None,
+        response_format: dict[str, Any] | None = None,
+        chat_template: str | None = None,
+    ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
+        """Reply to `messages` (OpenAI's shape) through the model's own chat template.
+
+        `chat_template` overrides it (a Jinja template, or a name llama.cpp knows:
+        chat_template.builtin_names()); a GGUF without one uses llama.cpp's chatml.
+        `tools` go to the template; tool_choice "auto" / "none" only (a forced tool
+        call is not enforced yet). max_tokens=None generates until the end of the turn.
+        """
+        if tool_choice not in (None, "auto", "none"):
+            raise InvalidParameterError(f"tool_choice {tool_choice!r} is not supported yet (auto, none)",
+                                        field="tool_choice")
+        tokens = prompt_tokens(self, check_messages(messages), chat_template,
+                               None if tool_choice == "none" else tools)
+        name = self.params.model_path.name
+        out = self.create_completion(tokens, max_tokens, sampler, stop, stream, response_format=response_format)
+        if stream:
+            assert not isinstance(out, Completion)
+            return as_chunks(out, name)
+        assert isinstance(out, Completion)
+        return as_chat(out, name)
 
     def _generate(self, prompt: list[int], max_tokens: int | None, sampler: LlamaSampler | None,
                   stops: list[str], n_logprobs: int | None, own: bool = False) -> Iterator[CompletionChunk]:

@@ -1,0 +1,155 @@
+"""Chat completions in OpenAI's shapes: the messages through the model's chat template, then a completion.
+
+`out.choices[0].message.content`, `finish_reason`, `usage`; `out.model_dump()` is the
+OpenAI JSON. Streaming yields `ChatCompletionChunk`s whose deltas join to the content.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
+
+from ..errors import InvalidParameterError
+from .completion import Completion, CompletionChunk, StopReason
+
+if TYPE_CHECKING:
+    from .llama import Llama
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+FinishReason = Literal["stop", "length"]
+
+
+class ChatMessage(BaseModel):
+    role: str
+    content: str | None = None
+    reasoning_content: str | None = None
+
+
+class Choice(BaseModel):
+    index: int
+    message: ChatMessage
+    finish_reason: FinishReason
+    logprobs: None = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+
+
+class Delta(BaseModel):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: Delta
+    finish_reason: FinishReason | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+
+
+def _finish(reason: StopReason | None) -> FinishReason:
+    return "stop" if reason in (StopReason.EOS, StopReason.STOP_SEQUENCE) else "length"
+
+
+def check_messages(messages: Any) -> list[dict[str, Any]]:
+    """The messages as plain dicts, each checked: a role we know, text content (parts of type text)."""
+    if not isinstance(messages, list) or not messages:
+        raise InvalidParameterError("messages must be a non-empty list", field="messages")
+    out = []
+    for i, m in enumerate(messages):
+        if isinstance(m, BaseModel):
+            m = m.model_dump(exclude_none=True)
+        if not isinstance(m, dict):
+            raise InvalidParameterError(f"messages[{i}] must be a dict with role and content", field=f"messages[{i}]")
+        role = m.get("role")
+        if role not in ROLES:
+            raise InvalidParameterError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}",
+                                        field=f"messages[{i}].role")
+        content = m.get("content")
+        if isinstance(content, list):
+            texts = []
+            for j, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind == "text" and isinstance(part.get("text"), str):
+                    texts.append(part["text"])
+                elif kind in ("image_url", "input_audio"):
+                    raise InvalidParameterError(f"messages[{i}].content[{j}]: {kind} needs the multimodal plugin "
+                                                "(pip install llamaplug-mtmd)", field=f"messages[{i}].content[{j}]")
+                else:
+                    raise InvalidParameterError(f"messages[{i}].content[{j}] must be a text part",
+                                                field=f"messages[{i}].content[{j}]")
+            content = "".join(texts)
+        if content is None and role == "assistant" and m.get("tool_calls"):
+            content = ""
+        if not isinstance(content, str):
+            raise InvalidParameterError(f"messages[{i}].content must be text", field=f"messages[{i}].content")
+        out.append({**m, "content": content})
+    return out
+
+
+def split_reasoning(text: str) -> tuple[str, str | None]:
+    """(content, reasoning): a leading <think>...</think> block is the reasoning."""
+    stripped = text.lstrip()
+    if stripped.startswith("<think>") and "</think>" in stripped:
+        reasoning, _, rest = stripped[len("<think>"):].partition("</think>")
+        return rest.lstrip(), reasoning.strip()
+    return text, None
+
+
+def as_chat(completion: Completion, model: str) -> ChatCompletion:
+    content, reasoning = split_reasoning(completion.text)
+    n_prompt, n_out = len(completion.prompt_tokens), len(completion.tokens)
+    return ChatCompletion(
+        id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()), model=model,
+        choices=[Choice(index=0, message=ChatMessage(role="assistant", content=content, reasoning_content=reasoning),
+                        finish_reason=_finish(completion.stop_reason))],
+        usage=Usage(prompt_tokens=n_prompt, completion_tokens=n_out, total_tokens=n_prompt + n_out))
+
+
+def as_chunks(chunks: Iterator[CompletionChunk], model: str) -> Iterator[ChatCompletionChunk]:
+    ident, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+
+    def chunk(delta: Delta, finish: FinishReason | None = None) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id=ident, created=created, model=model,
+                                   choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish)])
+
+    yield chunk(Delta(role="assistant", content=""))
+    for piece in chunks:
+        if piece.text:
+            yield chunk(Delta(content=piece.text))
+        if piece.stop_reason is not None:
+            yield chunk(Delta(), _finish(piece.stop_reason))
+
+
+def prompt_tokens(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,
+                  tools: list[dict[str, Any]] | None) -> list[int]:
+    from .chat_template import ChatTemplate
+
+    template = ChatTemplate.for_model(llama.model, chat_template)
+    prompt = template.render(messages, add_generation_prompt=True, tools=tools)
+    # The template writes the BOS itself where the model wants one: do not add a second.
+    add_bos = llama.model.add_bos and not (template.bos_token and prompt.startswith(template.bos_token))
+    return llama.model.tokenize(prompt, add_bos, special=True)

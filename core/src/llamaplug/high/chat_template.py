@@ -1,0 +1,137 @@
+"""Chat templates: the GGUF's own Jinja template in a sandbox, or one of llama.cpp's built-in ones.
+
+    template = ChatTemplate.for_model(model)              # tokenizer.chat_template, else llama.cpp's default
+    prompt = template.render(messages, add_generation_prompt=True, tools=None)
+
+The Jinja environment is sandboxed and immutable (a template cannot reach Python
+objects or change its inputs) and has what the templates published with models use:
+`raise_exception`, `strftime_now`, `tojson`, `bos_token` / `eos_token`,
+`add_generation_prompt`, `tools`. A template that raises is a `ChatTemplateError`
+with the template's own message. A name instead of a template
+(`ChatTemplate.builtin("chatml")`) renders with llama.cpp's `llama_chat_apply_template`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+from typing import Any
+
+from ..blocks.model import LlamaModel
+from ..errors import ChatTemplateError, InvalidParameterError
+from ..raw import ffi, lib
+
+
+def builtin_names() -> list[str]:
+    """The template names llama.cpp's llama_chat_apply_template knows."""
+    n = lib.llama_chat_builtin_templates(ffi.NULL, 0)
+    names = ffi.new("const char *[]", n)
+    lib.llama_chat_builtin_templates(names, n)
+    return [ffi.string(names[i]).decode() for i in range(n)]
+
+
+def _raise_exception(message: str) -> None:
+    raise ChatTemplateError(f"the chat template refused the messages: {message}")
+
+
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+@functools.cache
+def _environment() -> Any:
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+    return env
+
+
+class ChatTemplate:
+    """A Jinja chat template (`source`), or a llama.cpp built-in one (`name`)."""
+
+    def __init__(self, source: str | None = None, name: str | None = None, bos_token: str = "",
+                 eos_token: str = ""):
+        self.source, self.name = source, name
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self._compiled: Any = None
+        if source is not None:
+            import jinja2
+
+            try:
+                self._compiled = _environment().from_string(source)
+            except jinja2.TemplateError as exc:
+                raise ChatTemplateError(f"the chat template does not compile: {exc}") from None
+
+    @classmethod
+    def builtin(cls, name: str) -> ChatTemplate:
+        names = builtin_names()
+        if name not in names:
+            raise InvalidParameterError(f"no built-in chat template {name!r}; llama.cpp has {', '.join(names)}",
+                                        field="chat_template")
+        return cls(name=name)
+
+    @classmethod
+    def for_model(cls, model: LlamaModel, override: str | None = None) -> ChatTemplate:
+        """`override` (a Jinja template or a built-in name), else the GGUF's template, else llama.cpp's chatml."""
+        special = {"bos_token": _token_text(model, model.bos), "eos_token": _token_text(model, model.eos)}
+        if override is not None:
+            if not isinstance(override, str) or not override.strip():
+                raise InvalidParameterError("chat_template must be a Jinja template or a built-in name",
+                                            field="chat_template")
+            if "{{" in override or "{%" in override:
+                return cls(override, **special)
+            return cls.builtin(override)
+        source = model.chat_template
+        return cls(source, **special) if source else cls(name="chatml")
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               tools: list[dict[str, Any]] | None = None, **extra: Any) -> str:
+        if self._compiled is None:
+            return self._render_builtin(messages, add_generation_prompt)
+        import jinja2
+
+        try:
+            return self._compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                         tools=tools, bos_token=self.bos_token, eos_token=self.eos_token, **extra)
+        except ChatTemplateError:
+            raise
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError) as exc:
+            raise ChatTemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
+
+    def _render_builtin(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        keep = []
+        c_msgs = ffi.new("struct llama_chat_message[]", len(messages))
+        for i, m in enumerate(messages):
+            content = m.get("content")
+            if not isinstance(content, str):
+                raise InvalidParameterError(f"messages[{i}].content: the built-in template {self.name!r} takes "
+                                            "text only", field=f"messages[{i}].content")
+            role, text = ffi.new("char[]", m["role"].encode()), ffi.new("char[]", content.encode())
+            keep += [role, text]
+            c_msgs[i].role, c_msgs[i].content = role, text
+        size = 2 * sum(len(m["content"]) + len(m["role"]) for m in messages) + 256
+        name = self.name.encode() if self.name else ffi.NULL
+        for _ in range(2):
+            buf = ffi.new("char[]", size)
+            n = lib.llama_chat_apply_template(name, c_msgs, len(messages), add_generation_prompt, buf, size)
+            if n < 0:
+                raise ChatTemplateError(f"llama.cpp cannot apply the chat template {self.name!r}")
+            if n < size:
+                return ffi.unpack(buf, n).decode("utf-8", "replace")
+            size = n + 1
+        raise ChatTemplateError("llama.cpp's chat template output kept growing")
+
+    def __repr__(self) -> str:
+        return f"<ChatTemplate {'jinja' if self.source else self.name}>"
+
+
+def _token_text(model: LlamaModel, token: int | None) -> str:
+    return "" if token is None else model.token_to_str(token, 0, True)
