@@ -25,6 +25,7 @@ from .completion import (
     TextAssembler,
     TokenLogprob,
 )
+from .embeddings import embed
 
 
 class Llama:
@@ -128,6 +129,17 @@ class Llama:
             own = True
         events = self._generate(tokens, max_tokens, sampler, stops, logprobs, own)
         return events if stream else _collect(events, tokens)
+
+    def embed(self, texts: list[str], normalize: bool = True, pooling: str | None = None,
+              truncate: bool = False) -> np.ndarray | list[np.ndarray]:
+        """Embeddings of `texts`: an (n, n_embd) array, or with pooling="none" one (tokens, n_embd) array each.
+
+        `pooling` is "mean", "cls", "last" or "none" (default: the model's own, as
+        llama-embedding). Many texts go into each llama_decode. normalize=True divides
+        by the L2 norm. A text longer than the embedding context is a ContextOverflowError
+        naming its index, or cut to fit with truncate=True.
+        """
+        return embed(self, texts, normalize, pooling, truncate)
 
     def create_chat_completion(
         self,
