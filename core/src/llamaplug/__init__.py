@@ -44,6 +44,7 @@ from .params import (
 
 hookimpl = pluggy.HookimplMarker("llamaplug")
 
+from .blocks.adapters import ControlVector, LoraAdapter  # noqa: E402
 from .blocks.backend import BackendStatus, DeviceInfo, LlamaBackend  # noqa: E402
 from .blocks.batch import LlamaBatch  # noqa: E402
 from .blocks.builder import ContextBuilder  # noqa: E402
@@ -64,7 +65,8 @@ def backends() -> list[BackendStatus]:
 
 __all__ = [
     "GGML_VERSION", "LLAMA_CPP_COMMIT", "__version__", "hookimpl", "backends",
-    "LlamaBackend", "BackendStatus", "DeviceInfo", "LlamaModel", "LlamaContext", "ContextBuilder", "LlamaBatch",
+    "LlamaBackend", "BackendStatus", "DeviceInfo", "LlamaModel", "LlamaContext", "ContextBuilder",
+    "LoraAdapter", "ControlVector", "LlamaBatch",
     "LlamaSampler", "SamplerChain", "Grammar", "Llama", "Completion", "CompletionChunk", "CompletionTimings",
     "StopReason", "TokenLogprob", "ChatCompletion", "ChatCompletionChunk", "ChatTemplate",
     "LlamaParams", "ModelParams", "ContextParams", "SamplerParams", "KvCacheType", "FlashAttnType",

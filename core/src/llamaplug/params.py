@@ -276,6 +276,7 @@ class LlamaParams(ModelParams, ContextParams):
     backends: list[str] | None = Field(None, description="backend plugins to use; None = chosen by probe")
     rpc_servers: list[str] = Field(default_factory=list, description='RPC servers ("host:port") whose devices to use')
     log_level: Literal["debug", "info", "warning", "error", "none"] | None = None
+    lora: list[tuple[Path, float]] = Field(default_factory=list, description="LoRA adapters (path, scale) to apply")
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, **data: Any):
         if model_path is not None:

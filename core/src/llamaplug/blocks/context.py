@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import (
+    ClosedError,
     ContextOverflowError,
     ContextTooLargeError,
     InvalidParameterError,
@@ -27,6 +28,7 @@ from ..raw import ffi, lib
 from . import _callback_errors, _native_log
 from ._handle import NativeHandle
 from ._threadpool import ThreadPools
+from .adapters import AdapterState, ControlVector, LoraAdapter, check_scale
 from .batch import LlamaBatch
 from .c_params import context_c_params
 from .memory import check_fits
@@ -79,6 +81,8 @@ class LlamaContext(NativeHandle):
         self._mem = lib.llama_get_memory(ptr)
         self._recurrent = bool(lib.llama_model_is_recurrent(model._ptr) or lib.llama_model_is_hybrid(model._ptr))
         self.n_vocab = model.n_vocab
+        self._adapters = AdapterState()
+        self._cvec: np.ndarray | None = None
         self.n_past = 0
         self._row_view: tuple[int, np.ndarray | None] = (0, None)
         self._one = LlamaBatch(1, 1)
@@ -323,6 +327,56 @@ class LlamaContext(NativeHandle):
     def kv_cache_seq_pos_max(self, seq_id: int) -> int:
         self._check_seq(seq_id)
         return int(lib.llama_memory_seq_pos_max(self._memory, seq_id))
+
+    # -- adapters ------------------------------------------------------------
+    def set_lora(self, adapter: LoraAdapter, scale: float = 1.0) -> None:
+        """Apply `adapter` at `scale` (set again to change the scale; several adapters add up)."""
+        if adapter.closed:
+            raise ClosedError("this LoRA adapter is closed")
+        if adapter.model is not self.model:
+            raise InvalidParameterError(f"{adapter.path.name} was loaded for {adapter.model.path.name}, not for "
+                                        f"this context's {self.model.path.name}", field="adapter")
+        self._adapters.loras[adapter] = check_scale(scale)
+        self._adapters.apply_loras(self._ptr)
+
+    def remove_lora(self, adapter: LoraAdapter) -> None:
+        if self._adapters.loras.pop(adapter, None) is None:
+            raise InvalidParameterError("that LoRA adapter is not applied to this context", field="adapter")
+        self._adapters.apply_loras(self._ptr)
+
+    def clear_loras(self) -> None:
+        self._adapters.loras.clear()
+        self._adapters.apply_loras(self._ptr)
+
+    @property
+    def loras(self) -> dict[LoraAdapter, float]:
+        return dict(self._adapters.loras)
+
+    def apply_control_vector(self, vector: ControlVector | Any | None, layer_start: int = 1,
+                             layer_end: int | None = None) -> None:
+        """Add `vector` (a ControlVector, or an (n_layers, n_embd) array from layer 1) to layers
+        layer_start..layer_end (inclusive; default: all it has); None removes it."""
+        if vector is None:
+            lib.llama_set_adapter_cvec(self._ptr, ffi.NULL, 0, self.model.n_embd, 0, 0)
+            self._cvec = None
+            return
+        data = (vector if isinstance(vector, ControlVector) else ControlVector(vector)).data
+        n_layers, n_embd = data.shape
+        if n_embd != self.model.n_embd:
+            raise InvalidParameterError(f"the control vector has {n_embd} values a layer, {self.model.path.name} "
+                                        f"has n_embd={self.model.n_embd}", field="vector")
+        end = n_layers if layer_end is None else layer_end
+        if not 1 <= layer_start <= end <= min(n_layers, self.model.n_layer):
+            top = min(n_layers, self.model.n_layer)
+            raise InvalidParameterError(f"layers {layer_start}..{end} are outside 1..{top} (the vector's and the "
+                                        "model's layers)", field="layer_start")
+        with _native_log.capture_errors() as errors:
+            rc = lib.llama_set_adapter_cvec(self._ptr, ffi.from_buffer("float[]", data), data.size, n_embd,
+                                            layer_start, end)
+        if rc != 0:
+            raise native_error(InvalidParameterError, "llama.cpp refused the control vector", errors,
+                               field="vector")
+        self._cvec = data  # llama.cpp copies it; kept for inspection
 
     # -- state ---------------------------------------------------------------
     def state_size(self) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..blocks import _native_log
+from ..blocks.adapters import LoraAdapter
 from ..blocks.backend import LlamaBackend
 from ..blocks.context import LlamaContext
 from ..blocks.grammar import Grammar
@@ -50,6 +51,8 @@ class Llama:
         context_params = model.fit.context if model.fit is not None else params.context_params()
         try:
             context = LlamaContext(model, context_params)
+            for path, scale in params.lora:
+                context.set_lora(LoraAdapter.load(model, path), scale)
         except BaseException:
             model.close()
             raise
