@@ -27,6 +27,7 @@ from .completion import (
     TokenLogprob,
 )
 from .embeddings import embed
+from .infill import check_text, infill_tokens
 
 
 class Llama:
@@ -132,6 +133,18 @@ class Llama:
             own = True
         events = self._generate(tokens, max_tokens, sampler, stops, logprobs, own)
         return events if stream else _collect(events, tokens)
+
+    def create_infill(self, prefix: str, suffix: str, max_tokens: int | None = 64, sampler: LlamaSampler | None = None,
+                      stop: str | list[str] | None = None, stream: bool = False,
+                      extra: list[dict[str, str]] | None = None, spm: bool = False
+                      ) -> Completion | Iterator[CompletionChunk]:
+        """The text between `prefix` and `suffix`, from the model's FIM tokens (see infill.py for the layout).
+
+        `extra` chunks ({"filename", "text"}) go before, as repository context. Generation ends
+        at an end-of-generation token (FIM models end the middle with one) or max_tokens.
+        """
+        tokens = infill_tokens(self._model, check_text(prefix, "prefix"), check_text(suffix, "suffix"), extra, spm)
+        return self.create_completion(tokens, max_tokens, sampler, stop, stream)
 
     def embed(self, texts: list[str], normalize: bool = True, pooling: str | None = None,
               truncate: bool = False) -> np.ndarray | list[np.ndarray]:
