@@ -23,6 +23,7 @@ from .errors import (
     InvalidParameterError,
     InvalidTokenError,
     LlamaError,
+    LoadCancelledError,
     ModelNotFoundError,
     NoBackendError,
     SamplingError,
@@ -73,6 +74,6 @@ __all__ = [
     "NumaStrategy", "SplitMode", "RopeScalingType", "PoolingType", "AttentionType",
     "LlamaError", "BackendError", "BackendMismatchError", "BackendNotInitialisedError", "NoBackendError",
     "ModelNotFoundError", "InvalidModelError", "ContextTooLargeError", "ContextOverflowError", "DecodeError",
-    "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError",
+    "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError", "LoadCancelledError",
     "InvalidGrammarError", "ChatTemplateError",
 ]

@@ -40,6 +40,10 @@ class InvalidModelError(LlamaError):
     """The file exists but llama.cpp cannot load it as a model."""
 
 
+class LoadCancelledError(LlamaError):
+    """The progress callback returned False: the model was not loaded."""
+
+
 class ContextTooLargeError(LlamaError):
     """The context (KV cache and buffers) could not be allocated."""
 

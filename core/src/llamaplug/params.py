@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -169,6 +170,8 @@ class ModelParams(Params):
     use_mlock: bool = False
     vocab_only: bool = False
     check_tensors: bool = False
+    progress_callback: Callable[[float], bool | None] | None = Field(
+        None, description="called with 0.0..1.0 while the weights load; returning False cancels the load")
 
     @field_validator("n_gpu_layers", mode="before")
     @classmethod
@@ -277,6 +280,7 @@ class LlamaParams(ModelParams, ContextParams):
     rpc_servers: list[str] = Field(default_factory=list, description='RPC servers ("host:port") whose devices to use')
     log_level: Literal["debug", "info", "warning", "error", "none"] | None = None
     lora: list[tuple[Path, float]] = Field(default_factory=list, description="LoRA adapters (path, scale) to apply")
+    progress: bool | None = Field(None, description="a progress bar on stderr while loading (None: if a terminal)")
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, **data: Any):
         if model_path is not None:

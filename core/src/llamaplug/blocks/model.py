@@ -13,12 +13,13 @@ from ..errors import (
     InvalidModelError,
     InvalidParameterError,
     InvalidTokenError,
+    LoadCancelledError,
     native_error,
 )
 from ..params import ContextParams, ModelParams
 from ..plugins import pm
 from ..raw import ffi, lib
-from . import _native_log, fitting
+from . import _callback_errors, _native_log, fitting
 from ._handle import NativeHandle
 from ._text import encode_text, read_string
 from .backend import LlamaBackend
@@ -64,10 +65,17 @@ class LlamaModel(NativeHandle):
             self.fit, buffers = fitting.fit(str(self.path), c_params, context, self.params.fit_target_mib,
                                             self.params.fit_min_ctx)
             keep_alive += buffers
+        progress = _Progress(self.params.progress_callback) if self.params.progress_callback else None
+        if progress is not None:
+            keep_alive.append(progress.attach(c_params))
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_model_load_from_file(str(self.path).encode(), c_params)
         del keep_alive
+        _callback_errors.raise_stored()  # the progress callback's own exception, if it raised
         if ptr == ffi.NULL:
+            if progress is not None and progress.cancelled:
+                raise LoadCancelledError(f"loading {self.path} was cancelled by the progress callback "
+                                         f"at {progress.last:.0%}")
             raise native_error(InvalidModelError, f"llama.cpp could not load {self.path}", errors)
         self._adopt(ptr, lib.llama_model_free)
         self._vocab = lib.llama_model_get_vocab(ptr)
@@ -274,6 +282,29 @@ class LlamaModel(NativeHandle):
     def __repr__(self) -> str:
         state = "closed" if self.closed else self.desc
         return f"<LlamaModel {self.path.name} {state}>"
+
+
+class _Progress:
+    """A model-load progress callback: the user's function, and whether it asked to stop."""
+
+    def __init__(self, fn: Any):
+        self.fn, self.cancelled, self.last = fn, False, 0.0
+
+    def attach(self, c_params: Any) -> Any:
+        handle = ffi.new_handle(self)
+        c_params.progress_callback = lib._llamaplug_progress_cb
+        c_params.progress_callback_user_data = handle
+        return handle
+
+
+@ffi.def_extern(onerror=_callback_errors.store)  # an exception stops the load (returns false) and is raised after
+def _llamaplug_progress_cb(progress, user_data):
+    state = ffi.from_handle(user_data)
+    state.last = float(progress)
+    if state.fn(state.last) is False:
+        state.cancelled = True
+        return False
+    return True
 
 
 def _vocab_problems(vocab: Any, path: Path) -> tuple[str | None, str | None]:

@@ -71,7 +71,7 @@ class ChatCompletionChunk(BaseModel):
 
 
 def _finish(reason: StopReason | None) -> FinishReason:
-    return "stop" if reason in (StopReason.EOS, StopReason.STOP_SEQUENCE) else "length"
+    return "stop" if reason in (StopReason.EOS, StopReason.STOP_SEQUENCE, StopReason.CANCELLED) else "length"
 
 
 def check_messages(messages: Any) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ class StopReason(str, enum.Enum):
     MAX_TOKENS = "max_tokens"
     STOP_SEQUENCE = "stop_sequence"
     CONTEXT_FULL = "context_full"
+    CANCELLED = "cancelled"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -38,18 +39,25 @@ class Llama:
         self.backend = backend
         self._model = model
         self._context = context
+        self._cancel = threading.Event()
 
     @classmethod
     def load(cls, params: LlamaParams | str) -> Llama:
         if not isinstance(params, LlamaParams):
             params = LlamaParams(model_path=params)
         _native_log.set_level(params.log_level)
+        bar = None
+        if params.progress_callback is None and (params.progress or (params.progress is None and _stderr_is_tty())):
+            bar = _progress_bar(params.model_path.name)
+            params = params.replace(progress_callback=bar.update_to)
         backend = LlamaBackend.init(params.backends)
         for endpoint in params.rpc_servers:
             backend.add_rpc_server(endpoint)
         model = LlamaModel(params.model_path, params.model_params(), params.context_params())
         # The fit sized the context that n_ctx=0 left to it (as llama-cli does).
         context_params = model.fit.context if model.fit is not None else params.context_params()
+        if bar is not None:
+            bar.close()
         try:
             context = LlamaContext(model, context_params)
             for path, scale in params.lora:
@@ -72,6 +80,10 @@ class Llama:
 
     def detokenize(self, tokens: Any, special: bool = False) -> str:
         return self._model.detokenize(tokens, special)
+
+    def cancel(self) -> None:
+        """Stop the running generation (from any thread) before its next token: StopReason.CANCELLED."""
+        self._cancel.set()
 
     def close(self) -> None:
         self._model.close()  # closes the context first
@@ -198,6 +210,7 @@ class Llama:
         elif isinstance(sampler, SamplerChain):
             sampler.select_with(self.params.seed)  # for the dist appended to a chain that selects nothing
         assert sampler is not None
+        self._cancel.clear()  # a cancel stops the generation running when it is called, not a later one
         try:
             t0 = time.perf_counter()
             ctx.clear_cache()
@@ -208,6 +221,9 @@ class Llama:
             reason = StopReason.MAX_TOKENS
             produced = 0
             for step in range(limit):
+                if self._cancel.is_set():
+                    reason = StopReason.CANCELLED
+                    break
                 token = sampler.sample(ctx, -1)
                 lp = [self._logprob(token, n_logprobs)] if n_logprobs is not None else None
                 if model.token_is_eog(token):
@@ -255,6 +271,22 @@ class Llama:
             idx = idx[np.argsort(-logits[idx], kind="stable")]
             best = tuple((int(i), float(logits[i]) - logz) for i in idx)
         return TokenLogprob(token, self._model.token_to_str(token), float(logits[token]) - logz, best)
+
+
+def _stderr_is_tty() -> bool:
+    import sys
+
+    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+
+
+def _progress_bar(name: str) -> Any:
+    from tqdm import tqdm
+
+    class Bar(tqdm):
+        def update_to(self, fraction: float) -> None:
+            self.update(round(fraction * 100) - self.n)
+
+    return Bar(total=100, desc=f"loading {name}", unit="%", leave=False)
 
 
 def response_grammar(response_format: dict[str, Any] | None) -> Grammar | None:

@@ -1,0 +1,77 @@
+"""Load progress (a callback, a bar on a terminal), cancelling a load, cancelling a generation from another thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import llamaplug as lp
+from conftest import THREADS, run_isolated
+
+
+def test_the_progress_callback_rises_to_one(smollm2_path):
+    seen: list[float] = []
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=256, n_threads=THREADS,
+                                      progress_callback=seen.append)) as llama:
+        assert llama.create_completion("Hi", 2).tokens
+    assert seen and seen == sorted(seen) and seen[-1] == 1.0 and seen[0] < 1.0
+
+
+def test_returning_false_cancels_the_load_cleanly(smollm2_path):
+    calls = []
+
+    def stop_halfway(progress: float) -> bool:
+        calls.append(progress)
+        return progress < 0.5
+
+    with pytest.raises(lp.LoadCancelledError, match="cancelled by the progress callback"):
+        lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=256, n_threads=THREADS, progress_callback=stop_halfway))
+    assert calls and calls[-1] >= 0.5
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=256, n_threads=THREADS)) as again:  # nothing left behind
+        assert again.create_completion("Hi", 2).tokens
+
+
+def test_an_exception_in_the_callback_stops_the_load_and_surfaces(smollm2_path):
+    def boom(progress: float) -> None:
+        raise KeyError("from the callback")
+
+    with pytest.raises(KeyError, match="from the callback"):
+        lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=256, n_threads=THREADS, progress_callback=boom))
+
+
+def test_a_progress_bar_when_asked(smollm2_path):
+    code = f"""
+import llamaplug as lp
+llama = lp.Llama.load(lp.LlamaParams({str(smollm2_path)!r}, n_ctx=256, n_threads={THREADS}, progress=True))
+print(llama.create_completion("Hi", 2).tokens)
+"""
+    done = run_isolated(code)
+    assert done.returncode == 0, done.stderr
+    assert "loading SmolLM2" in done.stderr and "100" in done.stderr
+
+
+def test_cancel_from_another_thread_stops_within_a_step(llama):
+    seen = []
+    stopper = threading.Timer(0.3, llama.cancel)
+    stopper.start()
+    t0 = time.perf_counter()
+    for chunk in llama.create_completion("Once upon a time", max_tokens=2000, stream=True):
+        seen.append((time.perf_counter(), chunk))
+    stopper.join()
+    final = seen[-1][1]
+    assert final.stop_reason == lp.StopReason.CANCELLED and final.timings.predicted_tokens < 2000
+    assert seen[-1][0] - t0 < 5
+    # Usable afterwards; a cancel before a generation does not stop the next one.
+    llama.cancel()
+    assert llama.create_completion("Hi", 4).stop_reason == lp.StopReason.MAX_TOKENS
+
+
+def test_chat_maps_a_cancel_to_stop(llama):
+    stopper = threading.Timer(0.2, llama.cancel)
+    stopper.start()
+    chunks = list(llama.create_chat_completion([{"role": "user", "content": "Tell a long story."}], max_tokens=4000,
+                                               stream=True))
+    stopper.join()
+    assert chunks[-1].choices[0].finish_reason == "stop"
