@@ -130,9 +130,3 @@ def test_chat_with_a_json_schema(llama):
                                        max_tokens=60, response_format={"type": "json_schema",
                                                                        "json_schema": {"schema": schema}})
     jsonschema.validate(json.loads(out.choices[0].message.content), schema)
-
-
-def test_tool_choice_that_is_not_enforced_yet_is_refused(llama):
-    with pytest.raises(lp.InvalidParameterError) as err:
-        llama.create_chat_completion(CONVERSATION, max_tokens=2, tool_choice="required")
-    assert err.value.field == "tool_choice"

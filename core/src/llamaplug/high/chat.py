@@ -14,19 +14,22 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel
 
 from ..errors import InvalidParameterError
+from .chat_template import ChatTemplate
 from .completion import Completion, CompletionChunk, StopReason
+from .tool_calls import FunctionCall, ToolCall, parse
 
 if TYPE_CHECKING:
     from .llama import Llama
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "tool_calls"]
 
 
 class ChatMessage(BaseModel):
     role: str
     content: str | None = None
     reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class Choice(BaseModel):
@@ -51,9 +54,17 @@ class ChatCompletion(BaseModel):
     usage: Usage
 
 
+class DeltaToolCall(BaseModel):
+    index: int
+    id: str
+    type: str = "function"
+    function: FunctionCall
+
+
 class Delta(BaseModel):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChunkChoice(BaseModel):
@@ -119,17 +130,23 @@ def split_reasoning(text: str) -> tuple[str, str | None]:
     return text, None
 
 
-def as_chat(completion: Completion, model: str) -> ChatCompletion:
+def as_chat(completion: Completion, model: str, tool_kind: str | None = None) -> ChatCompletion:
     content, reasoning = split_reasoning(completion.text)
+    calls: list[ToolCall] = []
+    if tool_kind is not None:
+        content, calls = parse(content or "", tool_kind)
     n_prompt, n_out = len(completion.prompt_tokens), len(completion.tokens)
+    message = ChatMessage(role="assistant", content=content, reasoning_content=reasoning, tool_calls=calls or None)
     return ChatCompletion(
         id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()), model=model,
-        choices=[Choice(index=0, message=ChatMessage(role="assistant", content=content, reasoning_content=reasoning),
-                        finish_reason=_finish(completion.stop_reason))],
+        choices=[Choice(index=0, message=message,
+                        finish_reason="tool_calls" if calls else _finish(completion.stop_reason))],
         usage=Usage(prompt_tokens=n_prompt, completion_tokens=n_out, total_tokens=n_prompt + n_out))
 
 
-def as_chunks(chunks: Iterator[CompletionChunk], model: str) -> Iterator[ChatCompletionChunk]:
+def as_chunks(chunks: Iterator[CompletionChunk], model: str, tool_kind: str | None = None
+              ) -> Iterator[ChatCompletionChunk]:
+    """OpenAI's stream; with tools the reply is read whole first (a call is known only once complete)."""
     ident, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
 
     def chunk(delta: Delta, finish: FinishReason | None = None) -> ChatCompletionChunk:
@@ -137,6 +154,18 @@ def as_chunks(chunks: Iterator[CompletionChunk], model: str) -> Iterator[ChatCom
                                    choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish)])
 
     yield chunk(Delta(role="assistant", content=""))
+    if tool_kind is not None:
+        pieces = list(chunks)
+        text = "".join(p.text for p in pieces)
+        content, calls = parse(text, tool_kind)
+        if calls:
+            if content:
+                yield chunk(Delta(content=content))
+            yield chunk(Delta(tool_calls=[DeltaToolCall(index=i, id=c.id, function=c.function)
+                                          for i, c in enumerate(calls)]))
+            yield chunk(Delta(), "tool_calls")
+            return
+        chunks = iter(pieces)
     for piece in chunks:
         if piece.text:
             yield chunk(Delta(content=piece.text))
@@ -144,12 +173,10 @@ def as_chunks(chunks: Iterator[CompletionChunk], model: str) -> Iterator[ChatCom
             yield chunk(Delta(), _finish(piece.stop_reason))
 
 
-def prompt_tokens(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,
-                  tools: list[dict[str, Any]] | None) -> list[int]:
-    from .chat_template import ChatTemplate
-
+def render(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,
+           tools: list[dict[str, Any]] | None) -> tuple[list[int], ChatTemplate]:
     template = ChatTemplate.for_model(llama.model, chat_template)
     prompt = template.render(messages, add_generation_prompt=True, tools=tools)
     # The template writes the BOS itself where the model wants one: do not add a second.
     add_bos = llama.model.add_bos and not (template.bos_token and prompt.startswith(template.bos_token))
-    return llama.model.tokenize(prompt, add_bos, special=True)
+    return llama.model.tokenize(prompt, add_bos, special=True), template

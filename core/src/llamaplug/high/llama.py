@@ -18,7 +18,7 @@ from ..blocks.model import LlamaModel
 from ..blocks.sampling import LlamaSampler, SamplerChain
 from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import LlamaParams
-from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks, check_messages, prompt_tokens
+from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks, check_messages, render
 from .completion import (
     Completion,
     CompletionChunk,
@@ -29,6 +29,8 @@ from .completion import (
 )
 from .embeddings import embed
 from .infill import check_text, infill_tokens
+from .tool_calls import check_tools, grammar_for
+from .tool_calls import family as tool_family
 
 
 class Llama:
@@ -177,7 +179,7 @@ class Llama:
         stop: str | list[str] | None = None,
         stream: bool = False,
         tools: list[dict[str, Any]] | None = None,
-        tool_choice: str | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
         response_format: dict[str, Any] | None = None,
         chat_template: str | None = None,
     ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
@@ -185,21 +187,36 @@ class Llama:
 
         `chat_template` overrides it (a Jinja template, or a name llama.cpp knows:
         chat_template.builtin_names()); a GGUF without one uses llama.cpp's chatml.
-        `tools` go to the template; tool_choice "auto" / "none" only (a forced tool
-        call is not enforced yet). max_tokens=None generates until the end of the turn.
+        `tools` go to the template and calls in the reply come back as
+        message.tool_calls (formats: tool_calls.py); tool_choice "required" or a named
+        function is enforced by a grammar. max_tokens=None generates until the end of the turn.
         """
-        if tool_choice not in (None, "auto", "none"):
-            raise InvalidParameterError(f"tool_choice {tool_choice!r} is not supported yet (auto, none)",
-                                        field="tool_choice")
-        tokens = prompt_tokens(self, check_messages(messages), chat_template,
-                               None if tool_choice == "none" else tools)
+        if tool_choice not in (None, "auto", "none", "required") and not isinstance(tool_choice, dict):
+            raise InvalidParameterError(f'tool_choice must be "auto", "none", "required" or {{"type": "function", '
+                                        f'"function": {{"name": ...}}}}, got {tool_choice!r}', field="tool_choice")
+        if tools is not None:
+            tools = check_tools(tools)
+        elif tool_choice not in (None, "auto", "none"):
+            raise InvalidParameterError("tool_choice needs tools", field="tool_choice")
+        use_tools = tools is not None and tool_choice != "none"
+        tokens, template = render(self, check_messages(messages), chat_template, tools if use_tools else None)
+        kind = tool_family(template) if use_tools else None
+        if use_tools and tool_choice not in (None, "auto"):
+            if response_format is not None:
+                raise InvalidParameterError("a forced tool call and response_format exclude each other",
+                                            field="response_format")
+            grammar = Grammar(grammar_for(tools, tool_choice, kind))
+            sampler = (sampler if sampler is not None else SamplerChain().greedy())
+            if not isinstance(sampler, SamplerChain):
+                raise InvalidParameterError("a forced tool call needs a SamplerChain (or no sampler)", field="sampler")
+            sampler = sampler.constrained(grammar)
         name = self.params.model_path.name
         out = self.create_completion(tokens, max_tokens, sampler, stop, stream, response_format=response_format)
         if stream:
             assert not isinstance(out, Completion)
-            return as_chunks(out, name)
+            return as_chunks(out, name, kind)
         assert isinstance(out, Completion)
-        return as_chat(out, name)
+        return as_chat(out, name, kind)
 
     def _generate(self, prompt: list[int], max_tokens: int | None, sampler: LlamaSampler | None,
                   stops: list[str], n_logprobs: int | None, own: bool = False) -> Iterator[CompletionChunk]:
