@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE.parent.parent / "plugins" / "backend_cpu" / "src" / 
 import fetch  # noqa: E402
 import variants  # noqa: E402
 
-TOOLS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-tokenize", "llama-embedding")
+TOOLS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-tokenize", "llama-embedding", "llama-server")
 
 
 def gpu_flags(backend: str) -> list[str]:
@@ -61,7 +61,10 @@ def build(targets: tuple[str, ...] = TOOLS, backend: str = "cpu") -> Path:
         "cmake", "-S", str(tree), "-B", str(build_dir), *generator, "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_NATIVE=OFF", "-DGGML_CPU_ALL_VARIANTS=OFF",
         *flags, *gpu_flags(backend), *launcher, "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
-        "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_OPENSSL=OFF",
+        # The server for its /apply-template, /infill and /v1/rerank (the references of chat and rerank);
+        # without its web UI, which would be fetched or built with npm.
+        "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_OPENSSL=OFF",
     ], check=True, stdout=subprocess.DEVNULL)
     jobs = str(os.cpu_count() or 2)
     subprocess.run(["cmake", "--build", str(build_dir), "--target", *targets, "-j", jobs], check=True)

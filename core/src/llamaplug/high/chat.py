@@ -175,8 +175,27 @@ def as_chunks(chunks: Iterator[CompletionChunk], model: str, tool_kind: str | No
 
 def render(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,
            tools: list[dict[str, Any]] | None) -> tuple[list[int], ChatTemplate]:
-    template = ChatTemplate.for_model(llama.model, chat_template)
-    prompt = template.render(messages, add_generation_prompt=True, tools=tools)
+    prompt, template = render_prompt(llama, messages, chat_template, tools)
     # The template writes the BOS itself where the model wants one: do not add a second.
     add_bos = llama.model.add_bos and not (template.bos_token and prompt.startswith(template.bos_token))
     return llama.model.tokenize(prompt, add_bos, special=True), template
+
+
+def render_prompt(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,
+                  tools: list[dict[str, Any]] | None) -> tuple[str, ChatTemplate]:
+    template = ChatTemplate.for_model(llama.model, chat_template)
+    if "<|channel|>" not in (template.source or ""):  # as llama.cpp: developer is system, but for GPT-OSS
+        messages = [{**m, "role": "system"} if m["role"] == "developer" else m for m in messages]
+    prefill = messages[-1]["content"] if messages[-1]["role"] == "assistant" else None
+    if prefill is not None and len(messages) > 1 and messages[-2]["role"] == "assistant":
+        raise InvalidParameterError("messages end with two assistant messages: only the last may be a prefill",
+                                    field=f"messages[{len(messages) - 1}]")
+    prompt = template.render(messages, add_generation_prompt=prefill is None, tools=tools)
+    if prefill:
+        # An assistant message last is the start of the reply: the prompt stops right after its text.
+        cut = prompt.rfind(prefill)
+        if cut < 0:
+            raise InvalidParameterError("the chat template dropped the last assistant message, so it cannot be "
+                                        "continued", field=f"messages[{len(messages) - 1}]")
+        prompt = prompt[: cut + len(prefill)]
+    return prompt, template

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Embedding throughput: Llama.embed against the pin's native llama-embedding, on the same 256 texts.
+
+    .venv/bin/python bench/embeddings.py [--rounds 5] [--texts 256]
+
+Native: the prompt-eval time llama-embedding reports for its own run (its model load and
+process start are left out). llamaplug: the wall time of one embed() call of all texts
+(the context is made before). The ratio is llamaplug's tokens/s over native's; target >= 0.9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "vendor" / "llama.cpp"))
+
+WORDS = ("model token context batch vector cosine layer weight sentence meaning river mountain city music "
+         "garden ocean window letter morning history science language summer winter bridge").split()
+
+
+def texts(n: int) -> list[str]:
+    return [" ".join(WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(8 + i % 24)) + "." for i in range(n)]
+
+
+def native_rate(tool: Path, model: str, items: list[str], threads: int) -> float:
+    done = subprocess.run([str(tool), "-m", model, "-p", "\n".join(items), "--pooling", "mean", "-t", str(threads),
+                           "-c", "2048", "-b", "2048", "-ub", "2048", "--embd-output-format", "array"],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-2000:])
+    m = re.search(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens", done.stderr)
+    if not m:
+        raise SystemExit("llama-embedding printed no prompt eval time")
+    return int(m.group(2)) / (float(m.group(1)) / 1000)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--texts", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+
+    import llamaplug as lp
+    import native_tools
+    from llamaplug.catalog import default_model
+
+    model = str(default_model("smollm2-135m-instruct"))
+    tool = native_tools.build() / "llama-embedding"
+    items = texts(a.texts)
+    llama = lp.Llama.load(lp.LlamaParams(model, n_ctx=512, n_threads=a.threads))
+    n_tokens = sum(len(llama.model.tokenize(t)) for t in items)
+    llama.embed(items[:2], pooling="mean")  # makes the embedding context
+    ours, theirs = [], []
+    for r in range(a.rounds):  # alternating, so a slow spell of the machine hits both
+        for side in ("ours", "native") if r % 2 == 0 else ("native", "ours"):
+            if side == "ours":
+                t0 = time.perf_counter()
+                llama.embed(items, pooling="mean")
+                ours.append(n_tokens / (time.perf_counter() - t0))
+            else:
+                theirs.append(native_rate(tool, model, items, a.threads))
+    result = {"texts": len(items), "tokens": n_tokens, "llamaplug_tokens_per_s": statistics.median(ours),
+              "native_tokens_per_s": statistics.median(theirs),
+              "ratio": statistics.median(ours) / statistics.median(theirs), "rounds": {"ours": ours, "native": theirs}}
+    print(json.dumps({k: v for k, v in result.items() if k != "rounds"}, indent=2))
+    if a.out:
+        Path(a.out).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

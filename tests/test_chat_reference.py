@@ -1,0 +1,94 @@
+"""Chat rendering equals llama.cpp's own: the pinned llama-server's POST /apply-template (its Jinja engine).
+
+The server runs on loopback, started by the fixture and stopped after; every conversation
+is rendered by it and by llamaplug, and the prompt strings must be equal.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from conftest import THREADS, free_port
+from llamaplug.high.chat import check_messages, render_prompt
+
+SYS = {"role": "system", "content": "You are terse."}
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hi"}],
+    [SYS, {"role": "user", "content": "Hi"}],
+    [SYS, {"role": "user", "content": "Capital of France?"}, {"role": "assistant", "content": "Paris."},
+     {"role": "user", "content": "And Italy?"}],
+    [{"role": "user", "content": "Tell me a joke"}, {"role": "assistant", "content": "Why did"}],  # prefill
+    [SYS, {"role": "user", "content": "Count"}, {"role": "assistant", "content": "1, 2,"}],  # prefill
+    [{"role": "user", "content": "Unicode: héllo wörld 你好 🌍 — ∑"}],
+    [{"role": "user", "content": "Line one\nLine two\n\n  indented"}],
+    [{"role": "user", "content": "Braces {{ not a template }} {% raw %} <|im_start|>"}],
+    [{"role": "user", "content": ""}],
+    [{"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "Hello"}],
+    [SYS, {"role": "user", "content": "Weather?"},
+     {"role": "assistant", "content": "Let me check."}, {"role": "tool", "content": "{\"temp\": 21}"},
+     {"role": "user", "content": "Thanks"}],
+    [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"},
+     {"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}],
+    [{"role": "system", "content": "Multi\nline\nsystem"}, {"role": "user", "content": "ok"}],
+    [{"role": "user", "content": "Quotes \" and ' and \\ backslash"}],
+    [{"role": "user", "content": "x" * 2000}],
+    [SYS, {"role": "user", "content": [{"type": "text", "text": "parts "}, {"type": "text", "text": "joined"}]}],
+    [{"role": "user", "content": "Tabs\tand\r\nCRLF"}],
+    [{"role": "user", "content": "Arabic مرحبا and Hindi नमस्ते"}],
+    [SYS, {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+     {"role": "user", "content": "q2"}, {"role": "assistant", "content": "partial answer"}],  # prefill, multi-turn
+    [{"role": "user", "content": "<think>not a reasoning block</think>"}],
+    [{"role": "user", "content": "Emoji only 🙂🙃😉"}],
+    [{"role": "system", "content": ""}, {"role": "user", "content": "empty system"}],
+]
+
+
+def _post(port: int, path: str, body: dict) -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.fixture(scope="module")
+def server(native_tools, smollm2_path):
+    port = free_port()
+    proc = subprocess.Popen([str(native_tools / "llama-server"), "-m", str(smollm2_path), "--host", "127.0.0.1",
+                             "--port", str(port), "-c", "2048", "-t", str(THREADS), "--jinja", "-np", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            time.sleep(0.3)
+    else:
+        proc.kill()
+        pytest.fail("llama-server did not become healthy")
+    yield port
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("index", range(len(CONVERSATIONS)))
+def test_rendering_equals_llama_server(llama, server, index):
+    messages = CONVERSATIONS[index]
+    theirs = _post(server, "/apply-template", {"messages": messages})["prompt"]
+    ours, _ = render_prompt(llama, check_messages(messages), None, None)
+    assert ours == theirs
+
+
+def test_greedy_chat_equals_the_completion_of_the_servers_prompt(llama, server):
+    messages = CONVERSATIONS[2]
+    prompt = _post(server, "/apply-template", {"messages": messages})["prompt"]
+    chat = llama.create_chat_completion(messages, max_tokens=24).choices[0].message.content
+    plain = llama.create_completion(llama.model.tokenize(prompt, False, special=True), 24).text
+    assert chat == plain
