@@ -115,7 +115,7 @@ def test_bad_messages(llama, messages, field, fragment):
 
 def test_text_parts_and_reasoning(llama):
     parts = [{"role": "user", "content": [{"type": "text", "text": "Capital of "}, {"type": "text", "text": "Spain?"}]}]
-    plain = [{"role": "user", "content": "Capital of Spain?"}]
+    plain = [{"role": "user", "content": "Capital of \nSpain?"}]  # parts are joined by newlines, as llama.cpp
     assert (llama.create_chat_completion(parts, max_tokens=6).choices[0].message.content
             == llama.create_chat_completion(plain, max_tokens=6).choices[0].message.content)
     from llamaplug.high.chat import split_reasoning

@@ -112,7 +112,7 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
                 else:
                     raise InvalidParameterError(f"messages[{i}].content[{j}] must be a text part",
                                                 field=f"messages[{i}].content[{j}]")
-            content = "".join(texts)
+            content = "\n".join(texts)  # as llama.cpp's server joins text parts
         if content is None and role == "assistant" and m.get("tool_calls"):
             content = ""
         if not isinstance(content, str):
