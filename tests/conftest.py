@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,3 +83,39 @@ def rpc_server():
     yield f"127.0.0.1:{port}"
     server.terminate()
     server.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def llama_server(bin_dir: Path, model: Path, *args: str) -> Iterator[int]:
+    """The pin's native llama-server on a free loopback port, until the block ends; yields the port."""
+    port = free_port()
+    proc = subprocess.Popen([str(bin_dir / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port",
+                             str(port), "-t", str(THREADS), "-np", "1", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.fail(f"llama-server exited: {proc.stderr.read()[-3000:]}")
+                if time.monotonic() > deadline:
+                    pytest.fail("llama-server did not become healthy")
+                time.sleep(0.3)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def post_json(port: int, path: str, body: dict) -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return json.loads(resp.read())

@@ -6,14 +6,9 @@ is rendered by it and by llamaplug, and the prompt strings must be equal.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import time
-import urllib.request
-
 import pytest
 
-from conftest import THREADS, free_port
+from conftest import llama_server, post_json
 from llamaplug.high.chat import check_messages, render_prompt
 
 SYS = {"role": "system", "content": "You are terse."}
@@ -48,47 +43,23 @@ CONVERSATIONS = [
 ]
 
 
-def _post(port: int, path: str, body: dict) -> dict:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
-
-
 @pytest.fixture(scope="module")
 def server(native_tools, smollm2_path):
-    port = free_port()
-    proc = subprocess.Popen([str(native_tools / "llama-server"), "-m", str(smollm2_path), "--host", "127.0.0.1",
-                             "--port", str(port), "-c", "2048", "-t", str(THREADS), "--jinja", "-np", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    break
-        except OSError:
-            assert proc.poll() is None, proc.stderr.read()[-3000:]
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("llama-server did not become healthy")
-    yield port
-    proc.terminate()
-    proc.wait(timeout=30)
+    with llama_server(native_tools, smollm2_path, "-c", "2048", "--jinja") as port:
+        yield port
 
 
 @pytest.mark.parametrize("index", range(len(CONVERSATIONS)))
 def test_rendering_equals_llama_server(llama, server, index):
     messages = CONVERSATIONS[index]
-    theirs = _post(server, "/apply-template", {"messages": messages})["prompt"]
+    theirs = post_json(server, "/apply-template", {"messages": messages})["prompt"]
     ours, _ = render_prompt(llama, check_messages(messages), None, None)
     assert ours == theirs
 
 
 def test_greedy_chat_equals_the_completion_of_the_servers_prompt(llama, server):
     messages = CONVERSATIONS[2]
-    prompt = _post(server, "/apply-template", {"messages": messages})["prompt"]
+    prompt = post_json(server, "/apply-template", {"messages": messages})["prompt"]
     chat = llama.create_chat_completion(messages, max_tokens=24).choices[0].message.content
     plain = llama.create_completion(llama.model.tokenize(prompt, False, special=True), 24).text
     assert chat == plain

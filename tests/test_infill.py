@@ -49,3 +49,20 @@ def test_infill_generates(fim_model):
     assert 0 < len(out.tokens) <= 8 or out.stop_reason == lp.StopReason.EOS
     with pytest.raises(lp.InvalidParameterError, match="prefix"):
         fim_model.create_infill(None, "x")
+
+
+def test_infill_equals_llama_servers(native_tools, fim_model, tmp_path):
+    """The pin's llama-server /infill on the same (tiny, FIM-token) model: the same greedy tokens."""
+    from conftest import llama_server, post_json
+
+    path = write_tiny_model(tmp_path / "tiny-fim.gguf", FIM)
+    with llama_server(native_tools, path, "-c", "128") as port:
+        for prefix, suffix in [("hello", " world"), ("the cat", ""), ("", " is it")]:
+            theirs = post_json(port, "/infill", {"input_prefix": prefix, "input_suffix": suffix, "n_predict": 8,
+                                                 "temperature": 0, "cache_prompt": False, "return_tokens": True})
+            ours = fim_model.create_infill(prefix, suffix, max_tokens=8, sampler=lp.SamplerChain().greedy())
+            tokens = theirs["tokens"]
+            if tokens and fim_model.model.token_is_eog(tokens[-1]):  # the server lists the end token, we stop at it
+                tokens = tokens[:-1]
+                assert ours.stop_reason == lp.StopReason.EOS
+            assert ours.tokens == tokens, (prefix, suffix, theirs.get("content"))

@@ -265,7 +265,10 @@ class LlamaContext(NativeHandle):
         if ptr == ffi.NULL:
             raise InvalidParameterError(f"no pooled embeddings for seq_id {seq_id} (pooling_type NONE?)",
                                         field="seq_id")
-        return np.frombuffer(ffi.buffer(ptr, 4 * self.model.n_embd), dtype=np.float32)
+        # Rank pooling leaves n_cls_out scores per sequence, not a vector: reading n_embd would overrun it.
+        rank = int(lib.llama_pooling_type(self._ptr)) == lib.LLAMA_POOLING_TYPE_RANK
+        n = lib.llama_model_n_cls_out(self.model._ptr) if rank else lib.llama_model_n_embd_out(self.model._ptr)
+        return np.frombuffer(ffi.buffer(ptr, 4 * int(n)), dtype=np.float32)
 
     # -- KV cache ------------------------------------------------------------
     def _check_seq(self, seq_id: int, allow_all: bool = False) -> None:

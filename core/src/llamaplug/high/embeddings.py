@@ -15,7 +15,7 @@ from ..blocks.batch import LlamaBatch
 from ..blocks.context import LlamaContext
 from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import PoolingType
-from ..raw import lib
+from ..raw import ffi, lib
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -56,50 +56,96 @@ def embed(llama: Llama, texts: Any, normalize: bool = True, pooling: Any = None,
     kind = PoolingType(int(lib.llama_pooling_type(ctx._ptr)))
     if kind == PoolingType.RANK:
         raise InvalidParameterError("this model pools by rank (a reranker): use rerank, not embed", field="pooling")
-    model, limit = llama.model, ctx.n_batch
     tokenized = []
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise InvalidParameterError(f"texts[{i}] must be a string, got {type(text).__name__}",
                                         field=f"texts[{i}]")
-        tokens = model.tokenize(text, True, False)
-        if not tokens:
-            raise InvalidParameterError(f"texts[{i}] has no tokens", field=f"texts[{i}]")
-        if len(tokens) > limit:
-            if not truncate:
-                raise ContextOverflowError(f"texts[{i}] has {len(tokens)} tokens, more than the {limit} an "
-                                           "embedding takes; shorten it or pass truncate=True")
-            tokens = tokens[:limit]
-        tokenized.append(tokens)
-    n_embd = int(lib.llama_model_n_embd_out(model._ptr))
-    pooled: list[np.ndarray | None] = [None] * len(texts)
-    batch = LlamaBatch(limit, 1)
+        tokenized.append(_fit(llama.model.tokenize(text, True, False), ctx.n_batch, f"texts[{i}]", truncate))
+    out = _run(llama, ctx, tokenized, kind, int(lib.llama_model_n_embd_out(llama.model._ptr)))
+    if normalize:
+        out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
+    return out if kind == PoolingType.NONE else np.stack(out).astype(np.float32)
+
+
+def rerank(llama: Llama, query: str, documents: Any, truncate: bool = False) -> np.ndarray:
+    """Relevance scores of `documents` for `query` from a rank-pooling model: its first output for each."""
+    if not isinstance(query, str):
+        raise InvalidParameterError("query must be a string", field="query")
+    if isinstance(documents, str) or not isinstance(documents, (list, tuple)) or not documents:
+        raise InvalidParameterError("documents must be a non-empty list of strings", field="documents")
+    ctx = context_for(llama, PoolingType.UNSPECIFIED)
+    kind = PoolingType(int(lib.llama_pooling_type(ctx._ptr)))
+    if kind != PoolingType.RANK:
+        raise InvalidParameterError(f"{llama.model.path.name} pools by {kind.name.lower()}, not by rank: it is not a "
+                                    "reranker", field="model")
+    tokenized = []
+    for i, doc in enumerate(documents):
+        if not isinstance(doc, str):
+            raise InvalidParameterError(f"documents[{i}] must be a string", field=f"documents[{i}]")
+        tokenized.append(_fit(rerank_tokens(llama.model, query, doc), ctx.n_batch, f"documents[{i}]", truncate))
+    n_out = int(lib.llama_model_n_cls_out(llama.model._ptr))
+    # The first output is the relevance, as llama.cpp's server reads it (p("yes") for Qwen3-Reranker's two).
+    return np.stack(_run(llama, ctx, tokenized, kind, n_out))[:, 0].astype(np.float32)
+
+
+def rerank_tokens(model: Any, query: str, doc: str) -> list[int]:
+    """The model's rerank prompt (its "rerank" template, else [BOS] query [EOS] [SEP] doc [EOS]), as llama.cpp."""
+    template = lib.llama_model_chat_template(model._ptr, b"rerank")
+    if template != ffi.NULL:
+        prompt = ffi.string(template).decode().replace("{query}", query).replace("{document}", doc)
+        return model.tokenize(prompt, False, True)
+    vocab = model._vocab_ptr
+    eos = int(lib.llama_vocab_eos(vocab))
+    if eos == lib.LLAMA_TOKEN_NULL:
+        eos = int(lib.llama_vocab_sep(vocab))
+    add_eos, add_sep = bool(lib.llama_vocab_get_add_eos(vocab)), bool(lib.llama_vocab_get_add_sep(vocab))
+    tokens = [model.bos] if model.add_bos and model.bos is not None else []
+    tokens += model.tokenize(query, False) + ([eos] if add_eos else [])
+    tokens += [int(lib.llama_vocab_sep(vocab))] if add_sep else []
+    return tokens + model.tokenize(doc, False) + ([eos] if add_eos else [])
+
+
+def _fit(tokens: list[int], limit: int, what: str, truncate: bool) -> list[int]:
+    if not tokens:
+        raise InvalidParameterError(f"{what} has no tokens", field=what)
+    if len(tokens) > limit:
+        if not truncate:
+            raise ContextOverflowError(f"{what} has {len(tokens)} tokens, more than the {limit} one sequence takes "
+                                       "here; shorten it or pass truncate=True")
+        tokens = tokens[:limit]
+    return tokens
+
+
+def _run(llama: Llama, ctx: LlamaContext, tokenized: list[list[int]], kind: PoolingType, n_out: int
+         ) -> list[np.ndarray]:
+    """Each token list as its own sequence, many per decode; pooled rows (or per-token rows for NONE)."""
+    pooled: list[np.ndarray | None] = [None] * len(tokenized)
+    batch = LlamaBatch(ctx.n_batch, 1)
     group: list[int] = []
+    encoder_only = _encoder_only(llama.model)
 
     def flush() -> None:
         ctx.clear_cache()
-        (ctx.encode if _encoder_only(model) else ctx.decode)(batch)
+        (ctx.encode if encoder_only else ctx.decode)(batch)
         row = 0
         for seq, index in enumerate(group):
             n = len(tokenized[index])
             if kind == PoolingType.NONE:
                 pooled[index] = np.stack([ctx.get_embeddings_ith(row + k) for k in range(n)])
             else:
-                pooled[index] = ctx.get_embeddings_seq(seq)[:n_embd].copy()
+                pooled[index] = ctx.get_embeddings_seq(seq)[:n_out].copy()
             row += n
         batch.clear()
         group.clear()
 
     for index, tokens in enumerate(tokenized):
-        if group and (batch.n_tokens + len(tokens) > limit or len(group) >= N_SEQ_MAX):
+        if group and (batch.n_tokens + len(tokens) > ctx.n_batch or len(group) >= N_SEQ_MAX):
             flush()
         batch.add_sequence(tokens, seq_id=len(group), logits_all=True)
         group.append(index)
     flush()
-    out = [p for p in pooled if p is not None]
-    if normalize:
-        out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
-    return out if kind == PoolingType.NONE else np.stack(out).astype(np.float32)
+    return [p for p in pooled if p is not None]
 
 
 def _encoder_only(model: Any) -> bool:

@@ -27,7 +27,7 @@ from .completion import (
     TextAssembler,
     TokenLogprob,
 )
-from .embeddings import embed
+from .embeddings import embed, rerank
 from .infill import check_text, infill_tokens
 from .tool_calls import check_tools, grammar_for
 from .tool_calls import family as tool_family
@@ -170,6 +170,10 @@ class Llama:
         naming its index, or cut to fit with truncate=True.
         """
         return embed(self, texts, normalize, pooling, truncate)
+
+    def rerank(self, query: str, documents: list[str], truncate: bool = False) -> np.ndarray:
+        """Relevance scores of `documents` for `query` (a rank-pooling model: a reranker), in their order."""
+        return rerank(self, query, documents, truncate)
 
     def create_chat_completion(
         self,
