@@ -324,6 +324,7 @@ class SamplerChain(LlamaSampler):
             if raw:
                 self._build(_raw_n_vocab(ctx), lib.llama_model_get_vocab(lib.llama_get_model(ctx)))
             else:
+                ctx.check_output_index(idx)  # a bad index is named before a closed model or context
                 self._build(ctx.n_vocab, ctx.model._vocab_ptr)
         if self.names == ["greedy"] and not raw:
             return _argmax(ctx, idx)
