@@ -63,3 +63,28 @@ def test_greedy_chat_equals_the_completion_of_the_servers_prompt(llama, server):
     chat = llama.create_chat_completion(messages, max_tokens=24).choices[0].message.content
     plain = llama.create_completion(llama.model.tokenize(prompt, False, special=True), 24).text
     assert chat == plain
+
+
+GEMMA_OVERRIDE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else "
+                  "m.role }}\n{{ m.content | trim }}<end_of_turn>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def test_gemma_with_a_template_override_equals_llama_server(native_tools, tmp_path):
+    """Gemma-3-270M (optional package) with a template given at load, ours vs the server's --chat-template-file."""
+    from llamaplug.catalog import entries
+
+    entry = next(e for e in entries() if e.name == "gemma-3-270m")
+    path = entry.locate()
+    if path is None:
+        pytest.skip(f"Gemma-3-270M is not installed ({entry.install})")
+    import llamaplug as lp
+
+    template = tmp_path / "override.jinja"
+    template.write_text(GEMMA_OVERRIDE)
+    with lp.Llama.load(lp.LlamaParams(path, n_ctx=1024, n_threads=2)) as gemma, \
+            llama_server(native_tools, path, "-c", "1024", "--jinja", "--chat-template-file", str(template)) as port:
+        for messages in CONVERSATIONS[:12]:
+            theirs = post_json(port, "/apply-template", {"messages": messages})["prompt"]
+            ours, _ = render_prompt(gemma, check_messages(messages), GEMMA_OVERRIDE, None)
+            assert ours == theirs, messages

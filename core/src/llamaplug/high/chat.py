@@ -176,9 +176,7 @@ def as_chunks(chunks: Iterator[CompletionChunk], model: str, tool_kind: str | No
 def render(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,
            tools: list[dict[str, Any]] | None) -> tuple[list[int], ChatTemplate]:
     prompt, template = render_prompt(llama, messages, chat_template, tools)
-    # The template writes the BOS itself where the model wants one: do not add a second.
-    add_bos = llama.model.add_bos and not (template.bos_token and prompt.startswith(template.bos_token))
-    return llama.model.tokenize(prompt, add_bos, special=True), template
+    return llama.model.tokenize(prompt, llama.model.add_bos, special=True), template
 
 
 def render_prompt(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,
@@ -198,4 +196,7 @@ def render_prompt(llama: Llama, messages: list[dict[str, Any]], chat_template: s
             raise InvalidParameterError("the chat template dropped the last assistant message, so it cannot be "
                                         "continued", field=f"messages[{len(messages) - 1}]")
         prompt = prompt[: cut + len(prefill)]
+    if llama.model.add_bos and template.bos_token and prompt.startswith(template.bos_token):
+        # Tokenizing adds the BOS for such a model; llama.cpp drops the template's, so do we (no double BOS).
+        prompt = prompt[len(template.bos_token):]
     return prompt, template
