@@ -83,8 +83,7 @@ class LlamaSampler(NativeHandle):
 
     @classmethod
     def _truncating(cls, name: str, init: Any, p: float, min_keep: int) -> LlamaSampler:
-        _check(name, 0.0 <= p <= 1.0, f"must be in [0, 1], got {p}")
-        _check("min_keep", min_keep >= 0, f"must be >= 0, got {min_keep}")
+        _check_share(name, p, min_keep)
         return cls(init(float(p), min_keep), name)
 
     @classmethod
