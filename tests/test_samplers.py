@@ -129,12 +129,13 @@ def test_logit_bias_minus_inf_bans_a_token(llama):
 
 
 def test_typical_keeps_tokens_near_the_expected_surprise(llama, logits):
-    left = after(llama, lp.SamplerChain().typical(0.5, 1), logits)
-    assert 1 <= left.size < 50
+    # The definition: sort by |surprise - entropy|, keep the fewest whose probabilities pass p.
     p = probs(logits)
     entropy = -(p * np.log(p + 1e-30)).sum()
-    surprise = np.abs(-np.log(p[left["id"]]) - entropy)
-    assert surprise.max() <= np.sort(np.abs(-np.log(p + 1e-30) - entropy))[left.size - 1] + 1e-6
+    order = np.argsort(np.abs(-np.log(p + 1e-30) - entropy), kind="stable")
+    need = int(np.flatnonzero(np.cumsum(p[order]) > 0.5)[0]) + 1
+    left = after(llama, lp.SamplerChain().typical(0.5, 1), logits)
+    assert set(left["id"]) == set(order[:need].tolist())
 
 
 @pytest.mark.parametrize("chain", [
@@ -158,9 +159,16 @@ def test_adaptive_p_selects(llama):
     assert out.tokens and "dist" not in chain._describe()
 
 
-def test_infill_merges_and_selects_from_the_candidates(llama, logits):
-    left = after(llama, lp.SamplerChain().infill(), logits)
-    assert 1 <= left.size <= logits.size
+def test_infill_keeps_only_end_tokens_when_they_weigh_enough(llama, logits):
+    # Its rule: when 3 * p(EOG) * n > p(text), only the end-of-generation tokens stay, renormalised.
+    eog = np.array([llama.model.token_is_eog(t) for t in range(logits.size)])
+    raised = logits.copy()
+    raised[eog] = logits.max()  # the model's real logits, with the end tokens made as likely as its best
+    p = probs(raised)
+    assert 3 * p[eog].sum() * logits.size > p[~eog].sum()  # the case the rule is about
+    left = after(llama, lp.SamplerChain().infill(), raised)
+    assert set(left["id"].tolist()) == set(np.flatnonzero(eog).tolist())
+    assert left["p"].sum() == pytest.approx(1.0, rel=1e-5)
 
 
 def test_grammar_constrains_the_text(llama):
