@@ -117,9 +117,12 @@ def test_logprobs_are_a_log_softmax_and_copy_the_vocabulary_once(llama):
     got = out.logprobs[0]
     assert math.isclose(got.logprob, reference[got.token], abs_tol=1e-4)
     assert [t for t, _ in got.top] == list(np.argsort(-reference, kind="stable")[:3])
-    llama._logprob(got.token, 3)  # the scratch row exists from now on
+    from llamaplug.high.logprobs import LogprobReader
+
+    reader = LogprobReader(ctx)
+    reader.read(got.token, 3)  # the scratch row exists from now on
     tracemalloc.start()
-    llama._logprob(got.token, 3)
+    reader.read(got.token, 3)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     # argpartition's index row (8 bytes a token) and small change; a float copy of the row would add 4 more.

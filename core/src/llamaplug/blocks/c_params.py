@@ -10,8 +10,11 @@ from ..raw import ffi, lib
 from .backend import LlamaBackend
 
 
-def context_c_params(p: ContextParams) -> Any:
-    """llama_context_params for p (whose fields are already within what llama.cpp accepts)."""
+def context_c_params(p: ContextParams, abort_flag: Any = None) -> Any:
+    """llama_context_params for p (whose fields are already within what llama.cpp accepts).
+
+    `abort_flag` (an ``int *`` kept alive by the caller) aborts a running decode when set.
+    """
     c = lib.llama_context_default_params()
     for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "n_threads", "yarn_ext_factor",
                  "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "defrag_thold",
@@ -20,6 +23,7 @@ def context_c_params(p: ContextParams) -> Any:
         setattr(c, name, getattr(p, name))
     c.n_threads_batch = p.n_threads_batch or p.n_threads
     c.abort_callback = lib.llamaplug_abort_on_interrupt
+    c.abort_callback_data = ffi.NULL if abort_flag is None else abort_flag
     for name in ("rope_scaling_type", "pooling_type", "attention_type", "flash_attn_type", "type_k", "type_v"):
         setattr(c, name, int(getattr(p, name)))
     return c

@@ -58,7 +58,8 @@ class LlamaContext(NativeHandle):
 
     def __init__(self, model: LlamaModel, params: ContextParams | None = None):
         self.params = params = params or ContextParams()
-        c = context_c_params(params)
+        self._abort_flag = ffi.new("int *")  # read by the C abort callback between graph nodes
+        c = context_c_params(params, self._abort_flag)
         check_fits(params, model)
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_init_from_model(model._ptr, c)
@@ -99,6 +100,23 @@ class LlamaContext(NativeHandle):
     @property
     def n_ctx(self) -> int:
         return int(lib.llama_n_ctx(self._ptr))
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """The positions one sequence can hold (n_ctx / n_seq_max unless kv_unified)."""
+        return int(lib.llama_n_ctx_seq(self._ptr))
+
+    def abort(self) -> None:
+        """Make the running (or next) decode stop between graph nodes: it raises DecodeError with code 2.
+
+        Callable from any thread; `clear_abort()` lets decoding go on. What the aborted decode
+        had already written to the KV cache stays there (llama.cpp's rule): roll it back with
+        kv_cache_seq_rm.
+        """
+        self._abort_flag[0] = 1
+
+    def clear_abort(self) -> None:
+        self._abort_flag[0] = 0
 
     @property
     def n_batch(self) -> int:

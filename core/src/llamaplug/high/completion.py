@@ -36,6 +36,7 @@ class CompletionTimings:
     prompt_ms: float
     predicted_tokens: int
     predicted_ms: float
+    cached_tokens: int = 0  # prompt tokens found in the KV cache (a slot's earlier request), not decoded again
 
     @property
     def prompt_per_second(self) -> float:

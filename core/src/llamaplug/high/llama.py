@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import queue
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,31 +17,34 @@ from ..blocks.grammar import Grammar
 from ..blocks.model import LlamaModel
 from ..blocks.sampling import LlamaSampler, SamplerChain
 from ..errors import ContextOverflowError, InvalidParameterError
-from ..params import LlamaParams
+from ..params import LlamaParams, SamplerParams
 from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks, check_messages, render
-from .completion import (
-    Completion,
-    CompletionChunk,
-    CompletionTimings,
-    StopReason,
-    TextAssembler,
-    TokenLogprob,
-)
+from .completion import Completion, CompletionChunk, TokenLogprob
 from .embeddings import embed, rerank
+from .engine import Engine, Job
 from .infill import check_text, infill_tokens
 from .tool_calls import check_tools, grammar_for
 from .tool_calls import family as tool_family
 
+# What create_completions takes as `sampler`: one per prompt, a factory, sampling params, or None (greedy).
+Samplers = LlamaSampler | SamplerParams | Callable[[], LlamaSampler] | Sequence[LlamaSampler] | None
+
 
 class Llama:
-    """Model + context + default sampler; `create_completion` runs the whole loop."""
+    """Model + context + the engine that runs every generation on them.
+
+    Generations from any number of threads share the engine's batches: with
+    n_seq_max=N, N sequences decode together (continuous batching, engine.py);
+    more wait for a free slot. `create_completions` runs many prompts at once.
+    """
 
     def __init__(self, params: LlamaParams, backend: LlamaBackend, model: LlamaModel, context: LlamaContext):
         self.params = params
         self.backend = backend
         self._model = model
         self._context = context
-        self._cancel = threading.Event()
+        self._engine = Engine(context)
+        self._embed_lock = threading.Lock()  # the embedding contexts are not the engine's
 
     @classmethod
     def load(cls, params: LlamaParams | str) -> Llama:
@@ -75,7 +78,12 @@ class Llama:
 
     @property
     def context(self) -> LlamaContext:
+        """The engine's context: read it between generations, never while one runs."""
         return self._context
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
 
     def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
         return self._model.tokenize(text, add_bos, special)
@@ -84,11 +92,16 @@ class Llama:
         return self._model.detokenize(tokens, special)
 
     def cancel(self) -> None:
-        """Stop the running generation (from any thread) before its next token: StopReason.CANCELLED."""
-        self._cancel.set()
+        """Stop every running and waiting generation (from any thread): StopReason.CANCELLED.
+
+        A decode running now stops between graph nodes; later generations are not affected.
+        """
+        self._engine.cancel_all()
 
     def close(self) -> None:
-        self._model.close()  # closes the context first
+        """Stop the engine and free the model, contexts and KV cache now."""
+        self._engine.close()
+        self._model.close()  # closes the contexts first
 
     def __enter__(self) -> Llama:
         return self
@@ -120,11 +133,69 @@ class Llama:
         "schema": {...}} or {"type": "json_schema", "json_schema": {"schema":
         {...}}}) puts the schema's grammar in front of the sampler chain.
         """
-        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
+        job = self._job(prompt, max_tokens, sampler, stop, logprobs, special, response_format)
+        return self._stream_one(job) if stream else _collect(self._stream_one(job), job.prompt)
+
+    def create_completions(
+        self,
+        prompts: Sequence[str | list[int]],
+        max_tokens: int | None = 16,
+        sampler: Samplers = None,
+        stop: str | list[str] | None = None,
+        stream: bool = False,
+        logprobs: int | None = None,
+        special: bool = False,
+        response_format: dict[str, Any] | None = None,
+    ) -> list[Completion] | Iterator[tuple[int, CompletionChunk]]:
+        """Complete every prompt, n_seq_max at a time in shared batches; results in the prompts' order.
+
+        `sampler`: None (greedy), a SamplerParams (one chain each), a callable returning a
+        fresh sampler, or a list with one sampler per prompt (a sampler has state, so one
+        object cannot serve two prompts). With stream=True, yields (index, chunk) as they come.
+        """
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+            raise InvalidParameterError("prompts must be a list of prompts (text or token ids)", field="prompts")
+        chains = self._samplers_for(len(prompts), sampler)
+        jobs = [self._job(p, max_tokens, s, stop, logprobs, special, response_format, own)
+                for p, (s, own) in zip(prompts, chains)]
+        if stream:
+            return self._stream(jobs)
+        return _collect_many(self._stream(jobs), jobs)
+
+    def _samplers_for(self, n: int, sampler: Samplers) -> list[tuple[LlamaSampler | None, bool]]:
+        if sampler is None:
+            return [(None, False)] * n
+        if isinstance(sampler, SamplerParams):
+            return [(sampler.build_chain(self._model), True) for _ in range(n)]
+        if isinstance(sampler, LlamaSampler):
+            if n > 1:
+                raise InvalidParameterError("one sampler object cannot serve several prompts (it has state): pass "
+                                            "a list, a SamplerParams or a factory", field="sampler")
+            return [(sampler, False)]
+        if callable(sampler):
+            made = [sampler() for _ in range(n)]
+            if not all(isinstance(s, LlamaSampler) for s in made):
+                raise InvalidParameterError("the sampler factory must return LlamaSampler objects", field="sampler")
+            return [(s, True) for s in made]
+        given = list(sampler)
+        if len(given) != n or not all(isinstance(s, LlamaSampler) for s in given):
+            raise InvalidParameterError(f"sampler: a list needs one LlamaSampler per prompt ({n})", field="sampler")
+        if len({id(s) for s in given}) != n:
+            raise InvalidParameterError("sampler: the same sampler object appears twice in the list", field="sampler")
+        return [(s, False) for s in given]
+
+    def _job(self, prompt: str | list[int], max_tokens: int | None, sampler: LlamaSampler | None,
+             stop: str | list[str] | None, logprobs: int | None, special: bool,
+             response_format: dict[str, Any] | None, own: bool = False) -> Job:
+        """A checked request for the engine (every error is raised here, in the caller's thread)."""
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                       or max_tokens < 0):
             raise InvalidParameterError(f"max_tokens must be a non-negative int or None, got {max_tokens!r}",
                                         field="max_tokens")
         if logprobs is not None and not 0 <= logprobs <= self._model.n_vocab:
             raise InvalidParameterError(f"logprobs must be in 0..n_vocab, got {logprobs}", field="logprobs")
+        if stop is not None and not isinstance(stop, str) and not all(isinstance(s, str) for s in stop):
+            raise InvalidParameterError("stop must be a string or a list of strings", field="stop")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if isinstance(prompt, str):
             tokens = self._model.tokenize(prompt, True, special)
@@ -132,21 +203,54 @@ class Llama:
             tokens = self._model.check_tokens(prompt).tolist()
         if not tokens:
             raise InvalidParameterError("the prompt has no tokens", field="prompt")
-        n_ctx = self._context.n_ctx
-        if len(tokens) >= n_ctx:
+        room = self._engine.n_ctx_seq
+        if len(tokens) >= room:
+            per = f"n_ctx / n_seq_max = {room}" if room != self._context.n_ctx else f"n_ctx = {room}"
             raise ContextOverflowError(
-                f"the prompt has {len(tokens)} tokens but the context holds {n_ctx} (n_ctx); "
+                f"the prompt has {len(tokens)} tokens but a sequence holds {room} ({per}); "
                 "shorten the prompt or raise n_ctx"
             )
-        own = False
         grammar = response_grammar(response_format)
         if grammar is not None:
             if sampler is not None and not isinstance(sampler, SamplerChain):
                 raise InvalidParameterError("response_format needs a SamplerChain (or no sampler)", field="sampler")
             sampler = (sampler if sampler is not None else SamplerChain().greedy()).constrained(grammar)
             own = True
-        events = self._generate(tokens, max_tokens, sampler, stops, logprobs, own)
-        return events if stream else _collect(events, tokens)
+        if sampler is None:
+            sampler, own = SamplerChain().greedy(), True
+        elif isinstance(sampler, SamplerChain):
+            sampler.select_with(self.params.seed)  # for the dist appended to a chain that selects nothing
+        return Job(tokens, max_tokens, sampler, stops, logprobs, own)
+
+    def _stream(self, jobs: list[Job]) -> Iterator[tuple[int, CompletionChunk]]:
+        """Submit `jobs` (at the first next()) and yield (index, event) until each has ended.
+
+        Leaving early (break, close, an exception) cancels what has not ended: their slots
+        are free at the engine's next step.
+        """
+        events: queue.SimpleQueue[tuple[int, CompletionChunk | BaseException]] = queue.SimpleQueue()
+        for i, job in enumerate(jobs):
+            job.sink = _Sink(events, i)
+        for job in jobs:
+            self._engine.submit(job)
+        left = len(jobs)
+        try:
+            while left:
+                i, event = events.get()
+                if isinstance(event, BaseException):
+                    raise event
+                if event.stop_reason is not None:
+                    left -= 1
+                yield i, event
+        finally:
+            if left:
+                for job in jobs:
+                    job.cancel()
+                self._engine.wake()
+
+    def _stream_one(self, job: Job) -> Iterator[CompletionChunk]:
+        for _, chunk in self._stream([job]):
+            yield chunk
 
     def create_infill(self, prefix: str, suffix: str, max_tokens: int | None = 64, sampler: LlamaSampler | None = None,
                       stop: str | list[str] | None = None, stream: bool = False,
@@ -169,11 +273,13 @@ class Llama:
         by the L2 norm. A text longer than the embedding context is a ContextOverflowError
         naming its index, or cut to fit with truncate=True.
         """
-        return embed(self, texts, normalize, pooling, truncate)
+        with self._embed_lock:
+            return embed(self, texts, normalize, pooling, truncate)
 
     def rerank(self, query: str, documents: list[str], truncate: bool = False) -> np.ndarray:
         """Relevance scores of `documents` for `query` (a rank-pooling model: a reranker), in their order."""
-        return rerank(self, query, documents, truncate)
+        with self._embed_lock:
+            return rerank(self, query, documents, truncate)
 
     def create_chat_completion(
         self,
@@ -195,6 +301,43 @@ class Llama:
         message.tool_calls (formats: tool_calls.py); tool_choice "required" or a named
         function is enforced by a grammar. max_tokens=None generates until the end of the turn.
         """
+        tokens, sampler, kind = self._chat_prompt(messages, sampler, tools, tool_choice, response_format, chat_template)
+        name = self.params.model_path.name
+        out = self.create_completion(tokens, max_tokens, sampler, stop, stream, response_format=response_format)
+        if stream:
+            assert not isinstance(out, Completion)
+            return as_chunks(out, name, kind)
+        assert isinstance(out, Completion)
+        return as_chat(out, name, kind)
+
+    def create_chat_completions(
+        self,
+        conversations: Sequence[list[dict[str, Any]]],
+        max_tokens: int | None = None,
+        sampler: Samplers = None,
+        stop: str | list[str] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        response_format: dict[str, Any] | None = None,
+        chat_template: str | None = None,
+    ) -> list[ChatCompletion]:
+        """Reply to every conversation in shared batches (see create_completions); replies in their order."""
+        if isinstance(conversations, (str, bytes)) or not isinstance(conversations, Sequence):
+            raise InvalidParameterError("conversations must be a list of message lists", field="conversations")
+        jobs, kinds = [], []
+        for messages, (chain, own) in zip(conversations, self._samplers_for(len(conversations), sampler)):
+            tokens, chain, kind = self._chat_prompt(messages, chain, tools, tool_choice, response_format,
+                                                    chat_template)
+            jobs.append(self._job(tokens, max_tokens, chain, stop, None, False, response_format, own))
+            kinds.append(kind)
+        name = self.params.model_path.name
+        return [as_chat(done, name, kind) for done, kind in zip(_collect_many(self._stream(jobs), jobs), kinds)]
+
+    def _chat_prompt(self, messages: list[dict[str, Any]], sampler: LlamaSampler | None,
+                     tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, Any] | None,
+                     response_format: dict[str, Any] | None, chat_template: str | None
+                     ) -> tuple[list[int], LlamaSampler | None, str | None]:
+        """The rendered prompt, the sampler (constrained for a forced tool call) and the tool-call family."""
         if tool_choice not in (None, "auto", "none", "required") and not isinstance(tool_choice, dict):
             raise InvalidParameterError(f'tool_choice must be "auto", "none", "required" or {{"type": "function", '
                                         f'"function": {{"name": ...}}}}, got {tool_choice!r}', field="tool_choice")
@@ -214,84 +357,7 @@ class Llama:
             if not isinstance(sampler, SamplerChain):
                 raise InvalidParameterError("a forced tool call needs a SamplerChain (or no sampler)", field="sampler")
             sampler = sampler.constrained(grammar)
-        name = self.params.model_path.name
-        out = self.create_completion(tokens, max_tokens, sampler, stop, stream, response_format=response_format)
-        if stream:
-            assert not isinstance(out, Completion)
-            return as_chunks(out, name, kind)
-        assert isinstance(out, Completion)
-        return as_chat(out, name, kind)
-
-    def _generate(self, prompt: list[int], max_tokens: int | None, sampler: LlamaSampler | None,
-                  stops: list[str], n_logprobs: int | None, own: bool = False) -> Iterator[CompletionChunk]:
-        ctx, model = self._context, self._model
-        own_sampler = sampler is None or own
-        if sampler is None:
-            sampler = SamplerChain().greedy()
-        elif isinstance(sampler, SamplerChain):
-            sampler.select_with(self.params.seed)  # for the dist appended to a chain that selects nothing
-        assert sampler is not None
-        self._cancel.clear()  # a cancel stops the generation running when it is called, not a later one
-        try:
-            t0 = time.perf_counter()
-            ctx.clear_cache()
-            ctx.eval(prompt, 0)
-            t1 = time.perf_counter()
-            text = TextAssembler(stops)
-            limit = ctx.n_ctx - len(prompt) if max_tokens is None else max_tokens
-            reason = StopReason.MAX_TOKENS
-            produced = 0
-            for step in range(limit):
-                if self._cancel.is_set():
-                    reason = StopReason.CANCELLED
-                    break
-                token = sampler.sample(ctx, -1)
-                lp = [self._logprob(token, n_logprobs)] if n_logprobs is not None else None
-                if model.token_is_eog(token):
-                    reason = StopReason.EOS
-                    break
-                produced += 1
-                new = text.feed(model.token_to_piece(token))
-                if text.stopped:
-                    reason = StopReason.STOP_SEQUENCE
-                    yield CompletionChunk(new, [token], lp)
-                    break
-                last = step == limit - 1
-                if not last:
-                    if ctx.n_past >= ctx.n_ctx:
-                        reason = StopReason.CONTEXT_FULL
-                        yield CompletionChunk(new, [token], lp)
-                        break
-                    ctx.decode_single(token)
-                yield CompletionChunk(new, [token], lp)
-            else:
-                if max_tokens is None:
-                    reason = StopReason.CONTEXT_FULL
-            t2 = time.perf_counter()
-            timings = CompletionTimings(len(prompt), (t1 - t0) * 1e3, produced, (t2 - t1) * 1e3)
-            yield CompletionChunk(text.finish(), [], None, reason, timings)
-        finally:
-            if own_sampler:
-                sampler.close()
-
-    def _logprob(self, token: int, n: int) -> TokenLogprob:
-        # The logits row is a view. The vocabulary is copied once per token, into a scratch row kept
-        # for the next token: exp(logits - max) in place, whose order is the logits' order for the
-        # top n. Never a Python loop over the vocabulary.
-        logits = self._context.get_logits_ith(-1)
-        scratch = getattr(self, "_scratch", None)
-        if scratch is None or scratch.size != logits.size:
-            scratch = self._scratch = np.empty(logits.size, dtype=np.float32)
-        top = float(logits.max())
-        np.subtract(logits, top, out=scratch)
-        np.exp(scratch, out=scratch)
-        logz = top + float(np.log(scratch.sum(dtype=np.float64)))
-        best: tuple[tuple[int, float], ...] = ()
-        if n:
-            idx = np.argpartition(scratch, -n)[-n:] if n < logits.size else np.arange(logits.size)
-            idx = idx[np.argsort(-logits[idx], kind="stable")]
-            best = tuple((int(i), float(logits[i]) - logz) for i in idx)
-        return TokenLogprob(token, self._model.token_to_str(token), float(logits[token]) - logz, best)
+        return tokens, sampler, kind
 
 
 def _stderr_is_tty() -> bool:
@@ -331,6 +397,25 @@ def response_grammar(response_format: dict[str, Any] | None) -> Grammar | None:
         raise InvalidParameterError(f"response_format type {kind!r} is not text, json_object or json_schema",
                                     field="response_format.type")
     return Grammar.from_json_schema(schema)
+
+
+class _Sink:
+    """A job's sink: its events, tagged with its index, into the caller's queue."""
+
+    __slots__ = ("events", "index")
+
+    def __init__(self, events: queue.SimpleQueue[Any], index: int):
+        self.events, self.index = events, index
+
+    def __call__(self, event: CompletionChunk | BaseException) -> None:
+        self.events.put((self.index, event))
+
+
+def _collect_many(events: Iterator[tuple[int, CompletionChunk]], jobs: list[Job]) -> list[Completion]:
+    streams: list[list[CompletionChunk]] = [[] for _ in jobs]
+    for i, chunk in events:
+        streams[i].append(chunk)
+    return [_collect(iter(chunks), job.prompt) for chunks, job in zip(streams, jobs)]
 
 
 def _collect(events: Iterator[CompletionChunk], prompt: list[int]) -> Completion:

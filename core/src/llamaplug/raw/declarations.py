@@ -48,8 +48,8 @@ enum ggml_numa_strategy {
 # - a log sink that needs no Python, for after interpreter shutdown begins (C may
 #   still log from destructors);
 # - SIGINT -> abort: a C signal handler sets a flag (and chains to Python's own),
-#   and a C abort callback reads it between graph nodes. Calling into Python for
-#   every node would cost more than the check itself.
+#   and a C abort callback reads it (and the context's own cancel flag) between
+#   graph nodes. Calling into Python for every node would cost more than the check itself.
 C_HELPERS_CDEF = """
 static void llamaplug_log_discard(enum ggml_log_level, const char *, void *);
 static int llamaplug_install_sigint(void);
@@ -102,9 +102,9 @@ static int llamaplug_install_sigint(void) {
     return sigaction(SIGINT, &now, NULL) == 0;
 }
 
+/* data: NULL, or the context's own flag (int), which Llama.cancel sets from another thread. */
 static bool llamaplug_abort_on_interrupt(void * data) {
-    (void) data;
-    return llamaplug_interrupted != 0;
+    return llamaplug_interrupted != 0 || (data != NULL && *(volatile int *) data != 0);
 }
 
 static int llamaplug_take_interrupt(void) {

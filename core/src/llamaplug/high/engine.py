@@ -1,0 +1,365 @@
+"""The engine: continuous batching of many sequences in one context.
+
+One worker thread owns the context. Each step builds one batch: the last sampled
+token of every generating sequence first, then prompt chunks of newly admitted
+requests in what room is left (so reading a long prompt never stalls running
+streams), calls llama_decode once, and samples each sequence's next token from
+its own row of logits. A finished sequence frees its slot at once; the next
+waiting request takes it at the next step.
+
+A slot (one KV-cache sequence) keeps its tokens after its request ends, so a
+request whose prompt shares a prefix with them (the next chat turn, a common
+system prompt) decodes only the rest: `CompletionTimings.cached_tokens`.
+
+Callers never touch the context: they hand the engine a `Job` and get its
+events through the job's `sink` (a queue's put for threads, a
+call_soon_threadsafe for asyncio), on the worker thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from ..blocks.batch import LlamaBatch
+from ..blocks.context import LlamaContext
+from ..blocks.sampling import LlamaSampler
+from ..errors import ClosedError, DecodeError, LlamaError
+from .completion import CompletionChunk, CompletionTimings, StopReason, TextAssembler
+from .logprobs import LogprobReader
+
+log = logging.getLogger("llamaplug.engine")
+
+_ABORTED = 2  # llama_decode's code when the abort callback stopped it
+
+
+@dataclasses.dataclass(eq=False)
+class Job:
+    """One request: a prompt to continue, and where its events go."""
+
+    prompt: list[int]
+    max_tokens: int | None
+    sampler: LlamaSampler
+    stops: list[str]
+    n_logprobs: int | None = None
+    own_sampler: bool = False
+    sink: Callable[[CompletionChunk | BaseException], None] = print
+    cancelled: bool = False
+    done: bool = False
+    # Filled in while it runs.
+    text: TextAssembler = dataclasses.field(init=False)
+    produced: int = 0
+    cached: int = 0
+    started: float = 0.0
+    first_token: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.text = TextAssembler(self.stops)
+
+    def cancel(self) -> None:
+        """Stop at the next step (from any thread): the last event says StopReason.CANCELLED."""
+        self.cancelled = True
+
+
+@dataclasses.dataclass(eq=False)
+class _Slot:
+    seq: int
+    tokens: list[int] = dataclasses.field(default_factory=list)  # in the KV cache at positions 0..n-1
+    job: Job | None = None
+    todo: list[int] = dataclasses.field(default_factory=list)  # prompt tokens not decoded yet
+    next: int | None = None  # the sampled token to decode next
+    used: float = 0.0
+
+
+@dataclasses.dataclass
+class EngineStats:
+    """Counters for /metrics and tests (read without a lock: each is one int)."""
+
+    requests: int = 0
+    finished: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    decode_steps: int = 0
+    busy_slots: int = 0
+    waiting: int = 0
+
+
+class Engine:
+    """Runs the jobs given to `submit` on `context`, n_seq_max of them at a time."""
+
+    def __init__(self, context: LlamaContext):
+        self._ctx = context
+        self._slots = [_Slot(i) for i in range(context.n_seq_max)]
+        self._n_ctx_seq = context.n_ctx_seq
+        self._batch = LlamaBatch(context.n_batch, 1)
+        self._logprobs = LogprobReader(context)
+        self._waiting: deque[Job] = deque()
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._turn = 0  # which prefilling slot goes first, so long prompts share the room fairly
+        self.stats = EngineStats()
+
+    @property
+    def n_slots(self) -> int:
+        return len(self._slots)
+
+    @property
+    def n_ctx_seq(self) -> int:
+        return self._n_ctx_seq
+
+    def submit(self, job: Job) -> Job:
+        with self._cv:
+            if self._closed:
+                raise ClosedError("this Llama is closed")
+            job.started = time.perf_counter()
+            self._waiting.append(job)
+            self.stats.requests += 1
+            self.stats.waiting = len(self._waiting)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="llamaplug-engine", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+        return job
+
+    def wake(self) -> None:
+        with self._cv:
+            self._cv.notify()
+
+    def cancel_all(self) -> None:
+        """Cancel every job submitted so far; a decode running now stops between graph nodes."""
+        with self._cv:
+            for job in self._waiting:
+                job.cancel()
+            for slot in self._slots:
+                if slot.job is not None:
+                    slot.job.cancel()
+                    self._ctx.abort()
+            self._cv.notify()
+
+    def close(self) -> None:
+        """Stop the worker (jobs still running end with ClosedError) and wait for it."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            self._ctx.abort()
+            thread.join()
+
+    # -- the worker ----------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while not self._closed and not self._waiting and not self._busy():
+                        self._cv.wait()
+                    if self._closed:
+                        break
+                    self._admit()
+                self._step()
+        except BaseException as exc:  # a bug here must not leave callers waiting forever
+            log.exception("the engine stopped")
+            self._fail_all(exc)
+            return
+        self._fail_all(ClosedError("this Llama was closed while the request ran"))
+
+    def _busy(self) -> bool:
+        return any(slot.job is not None for slot in self._slots)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        with self._cv:
+            self._closed = True
+            jobs = list(self._waiting) + [s.job for s in self._slots if s.job is not None]
+            self._waiting.clear()
+            for slot in self._slots:
+                slot.job = None
+        for job in jobs:
+            self._end(job, exc)
+
+    def _admit(self) -> None:
+        """Give free slots to waiting jobs (called with the lock held)."""
+        while self._waiting:
+            job = self._waiting[0]
+            if job.cancelled:
+                self._waiting.popleft()
+                self._finish_unstarted(job)
+                continue
+            free = [s for s in self._slots if s.job is None]
+            if not free:
+                break
+            self._waiting.popleft()
+            slot = max(free, key=lambda s: (_common_prefix(s.tokens, job.prompt), -s.used))
+            self._place(job, slot)
+        self.stats.waiting = len(self._waiting)
+        self.stats.busy_slots = sum(s.job is not None for s in self._slots)
+
+    def _place(self, job: Job, slot: _Slot) -> None:
+        keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)  # the last one gives the logits
+        if keep < len(slot.tokens) and not self._ctx.kv_cache_seq_rm(slot.seq, keep, -1):
+            keep = 0  # a recurrent model cannot cut its state: start over
+            self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
+        del slot.tokens[keep:]
+        slot.job, slot.todo, slot.next = job, job.prompt[keep:], None
+        job.cached = keep
+        self.stats.prompt_tokens += len(job.prompt)
+        self.stats.cached_tokens += keep
+
+    def _step(self) -> None:
+        batch, ctx = self._batch, self._ctx
+        batch.clear()
+        rows: list[tuple[_Slot, int]] = []  # (slot, how many of its tokens are in the batch)
+        for slot in self._slots:
+            job = slot.job
+            if job is None or slot.next is None:
+                continue
+            if job.cancelled:
+                self._finish(slot, StopReason.CANCELLED)
+                continue
+            batch.add(slot.next, len(slot.tokens), slot.seq, True)
+            rows.append((slot, 1))
+        prefilling = [s for s in self._slots if s.job is not None and s.todo]
+        if prefilling:
+            self._turn = (self._turn + 1) % len(prefilling)
+            prefilling = prefilling[self._turn:] + prefilling[:self._turn]
+        for slot in prefilling:
+            assert slot.job is not None
+            if slot.job.cancelled:
+                self._finish(slot, StopReason.CANCELLED)
+                continue
+            room = batch.capacity - batch.n_tokens
+            if room == 0:
+                break
+            take = slot.todo[:room]
+            batch.add_sequence(take, slot.seq, False, len(slot.tokens))
+            if len(take) < len(slot.todo):
+                batch.logits[batch.n_tokens - 1] = 0  # logits only where the prompt ends
+            rows.append((slot, len(take)))
+        if not rows:
+            return
+        ctx.clear_abort()
+        try:
+            ctx.decode(batch)
+        except DecodeError as exc:
+            if exc.code != _ABORTED:
+                self._fail_rows(rows, exc)
+                return
+            # Llama.cancel: what the aborted decode wrote is not ours; the cancelled jobs end next step.
+            for slot, _ in rows:
+                ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
+            return
+        except LlamaError as exc:
+            self._fail_rows(rows, exc)
+            return
+        self.stats.decode_steps += 1
+        now = time.perf_counter()
+        end = 0  # one past the slot's last token in the batch: its logits row when its prompt is read
+        for slot, n in rows:
+            end += n
+            if slot.next is not None:
+                slot.tokens.append(slot.next)
+                slot.next = None
+            else:
+                slot.tokens.extend(slot.todo[:n])
+                del slot.todo[:n]
+            slot.used = now
+            if not slot.todo:
+                self._after_output(slot, end - 1)
+
+    def _after_output(self, slot: _Slot, idx: int) -> None:
+        job = slot.job
+        assert job is not None
+        limit = job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - len(job.prompt)
+        if job.produced >= limit:  # max_tokens=0: the prompt is read, nothing generated
+            self._finish(slot, StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL)
+            return
+        try:
+            token = job.sampler.sample(self._ctx, idx)
+            lp = [self._logprobs.read(token, job.n_logprobs, idx)] if job.n_logprobs is not None else None
+        except LlamaError as exc:
+            self._release(slot)
+            self._end(job, exc)
+            return
+        if not job.first_token:
+            job.first_token = time.perf_counter()
+        model = self._ctx.model
+        if model.token_is_eog(token):
+            self._finish(slot, StopReason.EOS)
+            return
+        job.produced += 1
+        self.stats.generated_tokens += 1
+        new = job.text.feed(model.token_to_piece(token))
+        reason = None
+        if job.text.stopped:
+            reason = StopReason.STOP_SEQUENCE
+        elif job.produced >= limit:
+            reason = StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL
+        elif len(slot.tokens) >= self._n_ctx_seq:
+            reason = StopReason.CONTEXT_FULL
+        self._emit(job, CompletionChunk(new, [token], lp))
+        if reason is not None:
+            self._finish(slot, reason)
+        else:
+            slot.next = token
+
+    def _emit(self, job: Job, event: CompletionChunk | BaseException) -> None:
+        try:
+            job.sink(event)
+        except BaseException:  # the consumer is gone (a closed event loop): stop its job
+            log.debug("a job's sink failed; cancelling the job", exc_info=True)
+            job.cancel()
+
+    def _timings(self, job: Job) -> CompletionTimings:
+        end = time.perf_counter()
+        first = job.first_token or end
+        return CompletionTimings(len(job.prompt), (first - job.started) * 1e3, job.produced, (end - first) * 1e3,
+                                 job.cached)
+
+    def _finish(self, slot: _Slot, reason: StopReason) -> None:
+        job = slot.job
+        assert job is not None
+        self._release(slot)
+        self._end(job, CompletionChunk(job.text.finish(), [], None, reason, self._timings(job)))
+
+    def _finish_unstarted(self, job: Job) -> None:
+        self._end(job, CompletionChunk("", [], None, StopReason.CANCELLED, self._timings(job)))
+
+    def _release(self, slot: _Slot) -> None:
+        slot.job, slot.todo, slot.next = None, [], None
+        with self._cv:
+            self.stats.busy_slots = sum(s.job is not None for s in self._slots)
+
+    def _end(self, job: Job, event: CompletionChunk | BaseException) -> None:
+        if job.done:
+            return
+        job.done = True
+        if isinstance(event, BaseException):
+            self.stats.errors += 1
+        else:
+            self.stats.finished += 1
+        self._emit(job, event)
+        if job.own_sampler:
+            job.sampler.close()
+
+    def _fail_rows(self, rows: list[tuple[_Slot, int]], exc: LlamaError) -> None:
+        for slot, _ in rows:
+            job = slot.job
+            self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)  # what the failed decode left is unknown
+            slot.tokens.clear()
+            self._release(slot)
+            if job is not None:
+                self._end(job, exc)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

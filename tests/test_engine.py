@@ -1,0 +1,181 @@
+"""The engine: many sequences in one context (continuous batching), the prefix cache, threads, cancelling."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import llamaplug as lp
+from conftest import THREADS
+
+SLOTS = 4
+PER_SLOT = 512
+N_BATCH = 128  # prompts longer than this are read over several steps
+# 16 prompts of different lengths (a few tokens to a few hundred), more than the slots.
+PROMPTS = [
+    "The capital of France is",
+    "Write a haiku about the sea.",
+    "def fibonacci(n):",
+    "1, 2, 3, 4, 5,",
+    "Once upon a time, in a land far away, there lived a",
+    "The three primary colours are",
+    "Q: What is the boiling point of water?\nA:",
+    "import numpy as np\n\n# multiply two matrices\n",
+    "Les chats et les chiens sont",
+    "A list of fruits: apple, banana,",
+    "The quick brown fox " * 12,
+    "In 1969, astronauts",
+    "Dear Sir or Madam,\n\nI am writing to",
+    "Summary of the meeting:\n" + "- item discussed at length\n" * 20,
+    "Emoji: 😀 🎉 and then",
+    "Translate to German: good morning ->",
+]
+
+
+@pytest.fixture(scope="module")
+def batched(smollm2_path):
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=SLOTS * PER_SLOT, n_seq_max=SLOTS, n_batch=N_BATCH,
+                                      n_threads=THREADS)) as instance:
+        yield instance
+
+
+@pytest.fixture(scope="module")
+def single(smollm2_path):
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=PER_SLOT, n_threads=THREADS)) as instance:
+        yield instance
+
+
+@pytest.fixture(scope="module")
+def references(single):
+    return [single.create_completion(p, max_tokens=24) for p in PROMPTS]
+
+
+def test_batched_greedy_equals_one_at_a_time(batched, references):
+    assert batched.engine.n_slots == SLOTS and len(PROMPTS) > SLOTS
+    lengths = {len(r.prompt_tokens) for r in references}
+    assert len(lengths) > 8 and max(lengths) > 100  # really different lengths
+    steps = batched.engine.stats.decode_steps
+    got = batched.create_completions(PROMPTS, max_tokens=24)
+    assert [g.text for g in got] == [r.text for r in references]
+    assert [g.tokens for g in got] == [r.tokens for r in references]
+    assert [g.stop_reason for g in got] == [r.stop_reason for r in references]
+    # Shared batches: far fewer decodes than one sequence at a time would take (16 × 24 generation steps).
+    assert batched.engine.stats.decode_steps - steps < len(PROMPTS) * 24 // 2
+
+
+def test_streaming_form_yields_every_index_and_the_same_text(batched, references):
+    parts: dict[int, list[str]] = {i: [] for i in range(len(PROMPTS))}
+    ends: dict[int, lp.StopReason] = {}
+    order = []
+    for i, chunk in batched.create_completions(PROMPTS, max_tokens=24, stream=True):
+        assert i not in ends  # nothing after a sequence's last chunk
+        parts[i].append(chunk.text)
+        order.append(i)
+        if chunk.stop_reason is not None:
+            ends[i] = chunk.stop_reason
+    assert ["".join(parts[i]) for i in range(len(PROMPTS))] == [r.text for r in references]
+    assert len(ends) == len(PROMPTS)
+    assert order != sorted(order)  # interleaved, not one after another
+
+
+def test_a_long_prompt_does_not_stall_running_streams(batched):
+    """Prompt processing is chunked into the generation batches."""
+    long_prompt = "word " * 400
+    seen: list[tuple[int, float]] = []
+    for i, _ in batched.create_completions(["Count: one, two,", long_prompt], max_tokens=12, stream=True):
+        seen.append((i, time.perf_counter()))
+    first_of_long = next(t for i, t in seen if i == 1)
+    short_before = [t for i, t in seen if i == 0 and t < first_of_long]
+    assert len(batched.tokenize(long_prompt)) > 3 * N_BATCH
+    assert len(short_before) >= 3, seen  # the short one produced tokens while the long prompt was read
+
+
+def test_prefix_cache_reuses_a_slots_tokens(batched, single):
+    system = "Notes from the astronomy club, written for beginners. " * 6
+    first = batched.create_completion(system + "The sun is", max_tokens=8)
+    second = batched.create_completion(system + "The moon is", max_tokens=8)
+    assert first.text and second.text
+    shared = len(batched.tokenize(system + "The"))
+    assert first.prompt_tokens[:shared] == second.prompt_tokens[:shared]
+    assert second.timings.cached_tokens == shared  # the first one's slot, up to where the prompts part
+    # What was reused gives the same text as decoding it all again.
+    assert second.text == single.create_completion(system + "The moon is", max_tokens=8).text
+    again = batched.create_completion(system + "The moon is", max_tokens=8)
+    assert again.text == second.text
+    assert again.timings.cached_tokens == len(again.prompt_tokens) - 1  # the last one is decoded for its logits
+
+
+def test_threads_share_the_engine_and_get_what_sequential_calls_get(batched, references):
+    start = threading.Barrier(8)
+
+    def one(i: int) -> str:
+        start.wait()
+        return batched.create_completion(PROMPTS[i], max_tokens=24).text
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(one, range(8)))
+    assert got == [r.text for r in references[:8]]
+    assert batched.engine.stats.busy_slots == 0
+
+
+def test_leaving_a_stream_frees_its_slot(batched):
+    for _ in batched.create_completion("Tell me a long story about a dragon.", max_tokens=500, stream=True):
+        break
+    deadline = time.monotonic() + 10
+    while batched.engine.stats.busy_slots and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert batched.engine.stats.busy_slots == 0
+    assert batched.create_completion("Hi", max_tokens=3).stop_reason == lp.StopReason.MAX_TOKENS
+
+
+def test_cancel_stops_every_running_sequence(batched):
+    stopper = threading.Timer(0.3, batched.cancel)
+    stopper.start()
+    done = batched.create_completions(["Once upon a time"] * 6, max_tokens=3000)
+    stopper.join()
+    assert all(d.stop_reason == lp.StopReason.CANCELLED for d in done)
+    assert batched.create_completion("Hi", max_tokens=3).stop_reason == lp.StopReason.MAX_TOKENS
+
+
+def test_chat_batch_equals_one_at_a_time(batched, single):
+    conversations = [[{"role": "user", "content": q}] for q in ("Hi!", "What is 2+2?", "Name a colour.",
+                                                                 "Say hello in French.", "What is a cat?")]
+    got = batched.create_chat_completions(conversations, max_tokens=16)
+    want = [single.create_chat_completion(c, max_tokens=16) for c in conversations]
+    assert [g.choices[0].message.content for g in got] == [w.choices[0].message.content for w in want]
+
+
+def test_a_prompt_longer_than_a_slot_names_the_slot_size(batched):
+    with pytest.raises(lp.ContextOverflowError, match=f"n_seq_max = {PER_SLOT}"):
+        batched.create_completions(["x " * (PER_SLOT + 10)], max_tokens=1)
+
+
+def test_one_sampler_object_cannot_serve_two_prompts(batched):
+    chain = lp.SamplerChain().top_k(5).dist(1)
+    with pytest.raises(lp.InvalidParameterError, match="one sampler object") as err:
+        batched.create_completions(["a", "b"], sampler=chain)
+    assert err.value.field == "sampler"
+    with pytest.raises(lp.InvalidParameterError, match="twice"):
+        batched.create_completions(["a", "b"], sampler=[chain, chain])
+
+
+def test_per_prompt_samplers_from_params_and_a_factory(batched):
+    params = lp.SamplerParams(temperature=0.8, top_k=40, seed=7)
+    a = batched.create_completions(["Once upon a time"] * 3, max_tokens=12, sampler=params)
+    b = batched.create_completions(["Once upon a time"] * 3, max_tokens=12,
+                                   sampler=lambda: params.build_chain(batched.model))
+    # The same seed in each sequence's own chain: the same text in every sequence and both runs.
+    assert len({d.text for d in a + b}) == 1 and a[0].timings.predicted_tokens == 12
+
+
+def test_closing_stops_the_engine_and_refuses_new_work(smollm2_path):
+    llama = lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=256, n_threads=THREADS))
+    assert llama.create_completion("Hi", max_tokens=2).tokens
+    thread = llama.engine._thread
+    llama.close()
+    assert thread is not None and not thread.is_alive()
+    with pytest.raises(lp.ClosedError):
+        llama.create_completion("Hi", max_tokens=2)
