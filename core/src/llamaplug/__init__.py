@@ -53,6 +53,7 @@ from .blocks.context import LlamaContext  # noqa: E402
 from .blocks.grammar import Grammar  # noqa: E402
 from .blocks.model import LlamaModel  # noqa: E402
 from .blocks.sampling import LlamaSampler, SamplerChain  # noqa: E402
+from .high.async_llama import AsyncLlama  # noqa: E402
 from .high.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
 from .high.chat_template import ChatTemplate  # noqa: E402
 from .high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob  # noqa: E402
@@ -68,7 +69,8 @@ __all__ = [
     "GGML_VERSION", "LLAMA_CPP_COMMIT", "__version__", "hookimpl", "backends",
     "LlamaBackend", "BackendStatus", "DeviceInfo", "LlamaModel", "LlamaContext", "ContextBuilder",
     "LoraAdapter", "ControlVector", "LlamaBatch",
-    "LlamaSampler", "SamplerChain", "Grammar", "Llama", "Completion", "CompletionChunk", "CompletionTimings",
+    "LlamaSampler", "SamplerChain", "Grammar", "Llama", "AsyncLlama", "Completion", "CompletionChunk",
+    "CompletionTimings",
     "StopReason", "TokenLogprob", "ChatCompletion", "ChatCompletionChunk", "ChatTemplate",
     "LlamaParams", "ModelParams", "ContextParams", "SamplerParams", "KvCacheType", "FlashAttnType",
     "NumaStrategy", "SplitMode", "RopeScalingType", "PoolingType", "AttentionType",

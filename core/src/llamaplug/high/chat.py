@@ -146,31 +146,51 @@ def as_chat(completion: Completion, model: str, tool_kind: str | None = None) ->
 
 def as_chunks(chunks: Iterator[CompletionChunk], model: str, tool_kind: str | None = None
               ) -> Iterator[ChatCompletionChunk]:
-    """OpenAI's stream; with tools the reply is read whole first (a call is known only once complete)."""
-    ident, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+    """OpenAI's stream of a completion's chunks (see ChatStream)."""
+    stream = ChatStream(model, tool_kind)
+    yield stream.first()
+    for piece in chunks:
+        yield from stream.feed(piece)
 
-    def chunk(delta: Delta, finish: FinishReason | None = None) -> ChatCompletionChunk:
-        return ChatCompletionChunk(id=ident, created=created, model=model,
+
+class ChatStream:
+    """Completion chunks in, OpenAI chat chunks out: the same for threads and asyncio.
+
+    With tools the reply is held until it ends (a call is known only once complete).
+    """
+
+    def __init__(self, model: str, tool_kind: str | None = None):
+        self.ident, self.created, self.model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), model
+        self.tool_kind = tool_kind
+        self._held: list[CompletionChunk] = []
+
+    def chunk(self, delta: Delta, finish: FinishReason | None = None) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id=self.ident, created=self.created, model=self.model,
                                    choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish)])
 
-    yield chunk(Delta(role="assistant", content=""))
-    if tool_kind is not None:
-        pieces = list(chunks)
-        text = "".join(p.text for p in pieces)
-        content, calls = parse(text, tool_kind)
-        if calls:
-            if content:
-                yield chunk(Delta(content=content))
-            yield chunk(Delta(tool_calls=[DeltaToolCall(index=i, id=c.id, function=c.function)
-                                          for i, c in enumerate(calls)]))
-            yield chunk(Delta(), "tool_calls")
-            return
-        chunks = iter(pieces)
-    for piece in chunks:
-        if piece.text:
-            yield chunk(Delta(content=piece.text))
-        if piece.stop_reason is not None:
-            yield chunk(Delta(), _finish(piece.stop_reason))
+    def first(self) -> ChatCompletionChunk:
+        return self.chunk(Delta(role="assistant", content=""))
+
+    def feed(self, piece: CompletionChunk) -> list[ChatCompletionChunk]:
+        pieces = [piece]
+        if self.tool_kind is not None:
+            self._held.append(piece)
+            if piece.stop_reason is None:
+                return []
+            pieces, self._held = self._held, []
+            content, calls = parse("".join(p.text for p in pieces), self.tool_kind)
+            if calls:
+                out = [self.chunk(Delta(content=content))] if content else []
+                out.append(self.chunk(Delta(tool_calls=[DeltaToolCall(index=i, id=c.id, function=c.function)
+                                                        for i, c in enumerate(calls)])))
+                return out + [self.chunk(Delta(), "tool_calls")]
+        out = []
+        for p in pieces:
+            if p.text:
+                out.append(self.chunk(Delta(content=p.text)))
+            if p.stop_reason is not None:
+                out.append(self.chunk(Delta(), _finish(p.stop_reason)))
+        return out
 
 
 def render(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,

@@ -1,0 +1,121 @@
+"""AsyncLlama: await and async for over the engine, with the event loop free while tokens are made."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import llamaplug as lp
+from conftest import THREADS
+
+PROMPTS = ["The capital of France is", "def add(a, b):", "Once upon a time", "Water boils at",
+           "My favourite colour is", "1, 1, 2, 3, 5,"]
+
+
+@pytest.fixture(scope="module")
+def shared(smollm2_path):
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=1024, n_seq_max=4, n_threads=THREADS)) as llama:
+        yield llama
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _busy_slots_drop_to_zero(llama: lp.Llama, within: float = 10) -> bool:
+    deadline = time.monotonic() + within
+    while llama.engine.stats.busy_slots and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return llama.engine.stats.busy_slots == 0
+
+
+def test_gathered_completions_equal_the_sync_ones(shared):
+    want = [shared.create_completion(p, max_tokens=16).text for p in PROMPTS]
+
+    async def main():
+        allama = lp.AsyncLlama(shared)
+        return await asyncio.gather(*(allama.create_completion(p, max_tokens=16) for p in PROMPTS))
+
+    assert [c.text for c in run(main())] == want
+
+
+def test_streaming_never_blocks_the_loop(shared):
+    async def main():
+        allama = lp.AsyncLlama(shared)
+        ticks = 0
+        gaps: list[float] = []
+
+        async def ticker():
+            nonlocal ticks
+            last = time.perf_counter()
+            while True:
+                await asyncio.sleep(0.002)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+                ticks += 1
+
+        tick = asyncio.create_task(ticker())
+        parts = []
+        async for chunk in await allama.create_completion("Tell me a story about a cat.", max_tokens=48,
+                                                          stream=True):
+            parts.append(chunk.text)
+        tick.cancel()
+        return "".join(parts), ticks, max(gaps)
+
+    text, ticks, worst = run(main())
+    assert text == shared.create_completion("Tell me a story about a cat.", max_tokens=48).text
+    # The loop ran its ticker all along: no gap near a whole generation (which takes seconds here).
+    assert ticks > 20 and worst < 0.25, (ticks, worst)
+
+
+def test_cancelling_the_task_frees_the_slot(shared):
+    async def main():
+        allama = lp.AsyncLlama(shared)
+        task = asyncio.create_task(allama.create_completion("Write a very long essay.", max_tokens=3000))
+        await asyncio.sleep(0.5)
+        assert shared.engine.stats.busy_slots == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await _busy_slots_drop_to_zero(shared)
+
+    assert run(main())
+
+
+def test_leaving_an_async_stream_frees_the_slot(shared):
+    async def main():
+        allama = lp.AsyncLlama(shared)
+        stream = await allama.create_completion("Write a very long essay.", max_tokens=3000, stream=True)
+        async for _ in stream:
+            break
+        await stream.aclose()
+        return await _busy_slots_drop_to_zero(shared)
+
+    assert run(main())
+
+
+def test_async_chat_streams_openai_chunks(shared):
+    messages = [{"role": "user", "content": "Say hello."}]
+    want = shared.create_chat_completion(messages, max_tokens=12).choices[0].message.content
+
+    async def main():
+        allama = lp.AsyncLlama(shared)
+        chunks = [c async for c in await allama.create_chat_completion(messages, max_tokens=12, stream=True)]
+        whole = await allama.create_chat_completion(messages, max_tokens=12)
+        return chunks, whole
+
+    chunks, whole = run(main())
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == want == whole.choices[0].message.content
+
+
+def test_bad_input_raises_at_the_await(shared):
+    async def main():
+        await lp.AsyncLlama(shared).create_completion("Hi", max_tokens=-1)
+
+    with pytest.raises(lp.InvalidParameterError, match="max_tokens"):
+        run(main())
