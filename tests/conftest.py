@@ -92,6 +92,21 @@ def llama_server(bin_dir: Path, model: Path, *args: str) -> Iterator[int]:
     proc = subprocess.Popen([str(bin_dir / "llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port",
                              str(port), "-t", str(THREADS), "-np", "1", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    yield from _serving(proc, port, "llama-server")
+
+
+@contextlib.contextmanager
+def llamaplug_server(model: Path, *args: str, host: str = "127.0.0.1") -> Iterator[tuple[int, subprocess.Popen]]:
+    """`llamaplug serve` on a free port, until the block ends; yields the port and the process."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(model), "--host", host,
+                             "--port", str(port), "-t", str(THREADS), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for ready in _serving(proc, port, "llamaplug serve"):
+        yield ready, proc
+
+
+def _serving(proc: subprocess.Popen, port: int, name: str) -> Iterator[int]:
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -101,9 +116,9 @@ def llama_server(bin_dir: Path, model: Path, *args: str) -> Iterator[int]:
                         break
             except OSError:
                 if proc.poll() is not None:
-                    pytest.fail(f"llama-server exited: {proc.stderr.read()[-3000:]}")
+                    pytest.fail(f"{name} exited: {proc.stderr.read()[-3000:]}")
                 if time.monotonic() > deadline:
-                    pytest.fail("llama-server did not become healthy")
+                    pytest.fail(f"{name} did not become healthy")
                 time.sleep(0.3)
         yield port
     finally:

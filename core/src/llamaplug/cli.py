@@ -79,6 +79,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .catalog import default_model
+    from .errors import InvalidParameterError
+    from .high.llama import Llama
+    from .params import LlamaParams
+
+    try:
+        import uvicorn
+
+        from .server.app import create_app
+    except ImportError as exc:
+        raise InvalidParameterError(f'`llamaplug serve` needs the server extra: pip install "llamaplug[server]" '
+                                    f"({exc.name} is missing)") from None
+    if args.api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: serving on {args.host}, not loopback, without --api-key: anyone who reaches it can use it",
+              file=sys.stderr)
+    path = args.model or default_model(args.catalog)
+    extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
+    if args.n_batch:
+        extra["n_batch"] = args.n_batch
+    # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
+    llama = Llama.load(LlamaParams(model_path=path, n_ctx=args.ctx_size, n_seq_max=args.parallel,
+                                   log_level=args.log, n_gpu_layers=args.n_gpu_layers, seed=args.seed, **extra))
+    app = create_app(llama, args.alias, args.api_key, args.pooling)
+    print(f"llamaplug serve {path} on http://{args.host}:{args.port} ({args.parallel} slots of "
+          f"{llama.engine.n_ctx_seq} tokens)", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
 def cmd_rpc_server(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -130,6 +160,23 @@ def parser() -> argparse.ArgumentParser:
     rpc.add_argument("--port", type=int, default=50052)
     rpc.add_argument("-t", "--threads", type=int, default=0)
     rpc.set_defaults(func=cmd_rpc_server)
+    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (pip install \"llamaplug[server]\")")
+    serve.add_argument("-m", "--model", help="GGUF file (default: the first installed catalog model)")
+    serve.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
+    serve.add_argument("--alias", help="the model id clients use (default: the file name)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("-np", "--parallel", type=int, default=4, help="slots: requests decoded together")
+    serve.add_argument("-c", "--ctx-size", type=int, default=8192, help="KV cache positions, shared by the slots")
+    serve.add_argument("-b", "--batch-size", dest="n_batch", type=int, help="tokens per decode (n_batch)")
+    serve.add_argument("-t", "--threads", type=int)
+    serve.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF, help="seed for requests that give none")
+    serve.add_argument("--pooling", choices=["mean", "cls", "last"],
+                       help="for /v1/embeddings (default: the model's own; mean where it has none)")
+    serve.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1/ (401 otherwise)")
+    serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"], default="error")
+    serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
+    serve.set_defaults(func=cmd_serve)
     from .bench import add_parser
 
     add_parser(sub)
