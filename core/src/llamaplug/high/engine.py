@@ -18,17 +18,18 @@ call_soon_threadsafe for asyncio), on the worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..blocks.batch import LlamaBatch
 from ..blocks.context import LlamaContext
 from ..blocks.sampling import LlamaSampler
-from ..errors import ClosedError, DecodeError, LlamaError
+from ..errors import ClosedError, DecodeError, InvalidParameterError, LlamaError
 from .completion import CompletionChunk, CompletionTimings, StopReason, TextAssembler
 from .logprobs import LogprobReader
 
@@ -104,6 +105,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._turn = 0  # which prefilling slot goes first, so long prompts share the room fairly
+        self._stepping = threading.Lock()  # held by the worker for each step; `idle` takes it between steps
         self.stats = EngineStats()
 
     @property
@@ -153,6 +155,16 @@ class Engine:
             self._ctx.abort()
             thread.join()
 
+    @contextlib.contextmanager
+    def idle(self, why: str) -> Iterator[list[list[int]]]:
+        """Hold the engine between steps, with no request running; yields each slot's tokens (mutable)."""
+        with self._stepping:
+            with self._cv:
+                if self._busy() or self._waiting:
+                    raise InvalidParameterError(f"{why} needs the engine idle; requests are running or waiting",
+                                                field="state")
+                yield [slot.tokens for slot in self._slots]
+
     # -- the worker ----------------------------------------------------------
     def _run(self) -> None:
         try:
@@ -162,8 +174,10 @@ class Engine:
                         self._cv.wait()
                     if self._closed:
                         break
-                    self._admit()
-                self._step()
+                with self._stepping:
+                    with self._cv:
+                        self._admit()
+                    self._step()
         except BaseException as exc:  # a bug here must not leave callers waiting forever
             log.exception("the engine stopped")
             self._fail_all(exc)
@@ -202,7 +216,9 @@ class Engine:
 
     def _place(self, job: Job, slot: _Slot) -> None:
         keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)  # the last one gives the logits
-        if keep < len(slot.tokens) and not self._ctx.kv_cache_seq_rm(slot.seq, keep, -1):
+        # Always cut (not only past the known tokens): after a failed decode or state load the
+        # cache may hold cells this bookkeeping does not know of.
+        if not self._ctx.kv_cache_seq_rm(slot.seq, keep, -1):
             keep = 0  # a recurrent model cannot cut its state: start over
             self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
         del slot.tokens[keep:]

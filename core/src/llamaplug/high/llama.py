@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ from ..blocks.model import LlamaModel
 from ..blocks.sampling import LlamaSampler, SamplerChain
 from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import LlamaParams, SamplerParams
+from . import saved_state
 from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks, check_messages, render
 from .completion import Completion, CompletionChunk, TokenLogprob
 from .embeddings import embed, rerank
@@ -108,6 +111,31 @@ class Llama:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- state -----------------------------------------------------------------
+    def save_state(self, path: str | os.PathLike[str] | None = None) -> bytes | Path:
+        """The KV cache and the slots' tokens (for prefix reuse), as bytes, or written to `path`.
+
+        Taken between requests. The model's identity goes with it: load_state refuses
+        a state of another model (saved_state.py).
+        """
+        with self._engine.idle("save_state") as slots:
+            data = saved_state.pack(self, [list(s) for s in slots], self._context.state_get())
+        if path is None:
+            return data
+        target = Path(path)
+        target.write_bytes(data)
+        return target
+
+    def load_state(self, state: bytes | str | os.PathLike[str]) -> None:
+        """Restore what save_state gave (bytes or a file): the next prompts reuse its tokens."""
+        saved, native = saved_state.unpack(self, state)
+        with self._engine.idle("load_state") as slots:
+            for mine in slots:
+                mine.clear()  # if llama.cpp refuses the state, the cache is in an unknown state
+            self._context.state_set(native)
+            for mine, tokens in zip(slots, saved):
+                mine.extend(tokens)
 
     # -- completion ------------------------------------------------------------
     def create_completion(
