@@ -75,3 +75,26 @@ def test_chat_maps_a_cancel_to_stop(llama):
                                                stream=True))
     stopper.join()
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_cancel_aborts_a_running_decode(smollm2_path):
+    """The prompt is read in one llama_decode; a cancel stops it between graph nodes, not after it."""
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=2048, n_batch=2048, n_ubatch=2048,
+                                      n_threads=THREADS)) as llama:
+        prompt = llama.tokenize("The history of the world, told slowly. " * 200)[:1900]
+        t0 = time.perf_counter()
+        whole = llama.create_completion(prompt, max_tokens=1)
+        full = time.perf_counter() - t0
+        assert whole.stop_reason == lp.StopReason.MAX_TOKENS and full > 0.2
+        llama.context.clear_cache()  # and forget the slot's tokens: the next run reads the prompt again
+        llama.engine._slots[0].tokens.clear()
+        stopper = threading.Timer(full / 10, llama.cancel)
+        t0 = time.perf_counter()
+        stopper.start()
+        out = llama.create_completion(prompt, max_tokens=1)
+        took = time.perf_counter() - t0
+        stopper.join()
+        assert out.stop_reason == lp.StopReason.CANCELLED and out.tokens == []
+        assert took < full / 2, (took, full)  # it did not wait for the decode to end
+        # The aborted decode's cells were dropped: the same prompt now gives the same token as before.
+        assert llama.create_completion(prompt, max_tokens=1).tokens == whole.tokens
