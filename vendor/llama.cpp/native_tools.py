@@ -22,7 +22,8 @@ sys.path.insert(0, str(HERE.parent.parent / "plugins" / "backend_cpu" / "src" / 
 import fetch  # noqa: E402
 import variants  # noqa: E402
 
-TOOLS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-tokenize", "llama-embedding", "llama-server")
+TOOLS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-tokenize", "llama-embedding", "llama-server",
+         "llama-mtmd-cli")
 
 
 def gpu_flags(backend: str) -> list[str]:

@@ -1,0 +1,61 @@
+"""The plugin's fixtures: the tiny text model and tiny projector (tests/fixtures), written once per session."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))
+
+pytest.importorskip("llamaplug_mtmd._cffi", reason="llamaplug-mtmd is not built here (pip install ./plugins/mtmd)")
+
+from _mtmd_support import THREADS  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def mtmd_files(tmp_path_factory) -> dict[str, Path]:
+    from fixtures.tiny_gguf import write_tiny_model
+    from fixtures.tiny_mmproj import (
+        bmp_bytes,
+        png_bytes,
+        sample_image,
+        sample_tone,
+        wav_bytes,
+        write_tiny_audio_mmproj,
+        write_tiny_mmproj,
+    )
+
+    root = tmp_path_factory.mktemp("mtmd")
+    image = sample_image()
+    files = {
+        "text": write_tiny_model(root / "text.gguf"),
+        "mmproj": write_tiny_mmproj(root / "mmproj.gguf"),
+        "mmproj_48": write_tiny_mmproj(root / "mmproj-48.gguf", out_embd=48),
+        "mmproj_audio": write_tiny_audio_mmproj(root / "mmproj-audio.gguf"),
+        "wav": root / "tone.wav",
+        "png": root / "image.png",
+        "bmp": root / "image.bmp",
+    }
+    files["png"].write_bytes(png_bytes(image))
+    files["bmp"].write_bytes(bmp_bytes(image))
+    files["wav"].write_bytes(wav_bytes(sample_tone(1.0)))
+    return files
+
+
+@pytest.fixture(scope="module")
+def tiny(mtmd_files):
+    """(model, llama context, mtmd context) on the tiny pair."""
+    from llamaplug_mtmd import MtmdContext, MtmdParams
+
+    import llamaplug as lp
+
+    lp.LlamaBackend.init()
+    model = lp.LlamaModel(mtmd_files["text"], lp.ModelParams())
+    ctx = lp.LlamaContext(model, lp.ContextParams(n_ctx=256, n_threads=THREADS))
+    mtmd = MtmdContext(mtmd_files["mmproj"], model, MtmdParams(n_threads=THREADS, warmup=False))
+    yield model, ctx, mtmd
+    model.close()
