@@ -281,6 +281,8 @@ class LlamaParams(ModelParams, ContextParams):
     log_level: Literal["debug", "info", "warning", "error", "none"] | None = None
     lora: list[tuple[Path, float]] = Field(default_factory=list, description="LoRA adapters (path, scale) to apply")
     progress: bool | None = Field(None, description="a progress bar on stderr while loading (None: if a terminal)")
+    mmproj_path: Path | None = Field(None, description="multimodal projector GGUF for image/audio chat parts "
+                                                       "(plugin llamaplug-mtmd)")
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, **data: Any):
         if model_path is not None:

@@ -85,6 +85,14 @@ def _finish(reason: StopReason | None) -> FinishReason:
     return "stop" if reason in (StopReason.EOS, StopReason.STOP_SEQUENCE, StopReason.CANCELLED) else "length"
 
 
+def _media_needs() -> str:
+    import importlib.util
+
+    if importlib.util.find_spec("llamaplug_mtmd") is None:
+        return "the multimodal plugin (pip install llamaplug-mtmd) and LlamaParams(mmproj_path=...)"
+    return "a projector: LlamaParams(mmproj_path=...) (llamaplug-mtmd is installed)"
+
+
 def check_messages(messages: Any) -> list[dict[str, Any]]:
     """The messages as plain dicts, each checked: a role we know, text content (parts of type text)."""
     if not isinstance(messages, list) or not messages:
@@ -107,8 +115,8 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
                 if kind == "text" and isinstance(part.get("text"), str):
                     texts.append(part["text"])
                 elif kind in ("image_url", "input_audio"):
-                    raise InvalidParameterError(f"messages[{i}].content[{j}]: {kind} needs the multimodal plugin "
-                                                "(pip install llamaplug-mtmd)", field=f"messages[{i}].content[{j}]")
+                    raise InvalidParameterError(f"messages[{i}].content[{j}]: {kind} needs {_media_needs()}",
+                                                field=f"messages[{i}].content[{j}]")
                 else:
                     raise InvalidParameterError(f"messages[{i}].content[{j}] must be a text part",
                                                 field=f"messages[{i}].content[{j}]")
@@ -135,7 +143,7 @@ def as_chat(completion: Completion, model: str, tool_kind: str | None = None) ->
     calls: list[ToolCall] = []
     if tool_kind is not None:
         content, calls = parse(content or "", tool_kind)
-    n_prompt, n_out = len(completion.prompt_tokens), len(completion.tokens)
+    n_prompt, n_out = completion.timings.prompt_tokens, len(completion.tokens)  # media positions included
     message = ChatMessage(role="assistant", content=content, reasoning_content=reasoning, tool_calls=calls or None)
     return ChatCompletion(
         id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()), model=model,

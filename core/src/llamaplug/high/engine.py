@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..blocks.batch import LlamaBatch
 from ..blocks.context import LlamaContext
@@ -49,6 +50,7 @@ class Job:
     n_logprobs: int | None = None
     own_sampler: bool = False
     sink: Callable[[CompletionChunk | BaseException], None] = print
+    media: Any = None  # an MtmdInputChunks (plugin llamaplug-mtmd) in place of `prompt`'s tokens
     cancelled: bool = False
     done: bool = False
     # Filled in while it runs.
@@ -64,6 +66,11 @@ class Job:
     def cancel(self) -> None:
         """Stop at the next step (from any thread): the last event says StopReason.CANCELLED."""
         self.cancelled = True
+
+    @property
+    def n_prompt(self) -> int:
+        """Positions the prompt takes (media included)."""
+        return len(self.prompt) if self.media is None else int(self.media.n_pos)
 
 
 @dataclasses.dataclass(eq=False)
@@ -215,20 +222,25 @@ class Engine:
         self.stats.busy_slots = sum(s.job is not None for s in self._slots)
 
     def _place(self, job: Job, slot: _Slot) -> None:
-        keep = min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)  # the last one gives the logits
+        # The last prompt token is decoded again for its logits; a prompt with media is evaluated whole.
+        keep = 0 if job.media is not None else min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
         # Always cut (not only past the known tokens): after a failed decode or state load the
         # cache may hold cells this bookkeeping does not know of.
         if not self._ctx.kv_cache_seq_rm(slot.seq, keep, -1):
             keep = 0  # a recurrent model cannot cut its state: start over
             self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
         del slot.tokens[keep:]
-        slot.job, slot.todo, slot.next = job, job.prompt[keep:], None
+        slot.job, slot.todo, slot.next = job, job.prompt[keep:] if job.media is None else [], None
         job.cached = keep
-        self.stats.prompt_tokens += len(job.prompt)
+        self.stats.prompt_tokens += job.n_prompt
         self.stats.cached_tokens += keep
 
     def _step(self) -> None:
         batch, ctx = self._batch, self._ctx
+        for slot in self._slots:
+            if slot.job is not None and slot.job.media is not None and not slot.tokens and slot.next is None:
+                self._eval_media(slot)  # libmtmd runs its own decodes: a step of its own
+                return
         batch.clear()
         rows: list[tuple[_Slot, int]] = []  # (slot, how many of its tokens are in the batch)
         for slot in self._slots:
@@ -288,10 +300,31 @@ class Engine:
             if not slot.todo:
                 self._after_output(slot, end - 1)
 
+    def _eval_media(self, slot: _Slot) -> None:
+        job = slot.job
+        assert job is not None
+        if job.cancelled:
+            self._finish(slot, StopReason.CANCELLED)
+            return
+        self._ctx.clear_abort()
+        try:
+            n_past = job.media.eval(self._ctx, 0, slot.seq, self._ctx.n_batch, True)
+        except LlamaError as exc:
+            if job.cancelled:  # Llama.cancel aborted the decode
+                self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
+                self._finish(slot, StopReason.CANCELLED)
+            else:
+                self._fail_rows([(slot, 0)], exc)
+            return
+        slot.tokens = [-1] * n_past  # positions no text prompt can match: no prefix reuse past media
+        slot.used = time.perf_counter()
+        self.stats.decode_steps += 1
+        self._after_output(slot, -1)
+
     def _after_output(self, slot: _Slot, idx: int) -> None:
         job = slot.job
         assert job is not None
-        limit = job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - len(job.prompt)
+        limit = job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
         if job.produced >= limit:  # max_tokens=0: the prompt is read, nothing generated
             self._finish(slot, StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL)
             return
@@ -334,7 +367,7 @@ class Engine:
     def _timings(self, job: Job) -> CompletionTimings:
         end = time.perf_counter()
         first = job.first_token or end
-        return CompletionTimings(len(job.prompt), (first - job.started) * 1e3, job.produced, (end - first) * 1e3,
+        return CompletionTimings(job.n_prompt, (first - job.started) * 1e3, job.produced, (end - first) * 1e3,
                                  job.cached)
 
     def _finish(self, slot: _Slot, reason: StopReason) -> None:

@@ -21,7 +21,7 @@ from ..blocks.sampling import LlamaSampler, SamplerChain
 from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import LlamaParams, SamplerParams
 from . import saved_state
-from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks, check_messages, render
+from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks, check_messages, render, render_prompt
 from .completion import Completion, CompletionChunk, TokenLogprob
 from .embeddings import embed, rerank
 from .engine import Engine, Job
@@ -48,6 +48,7 @@ class Llama:
         self._context = context
         self._engine = Engine(context)
         self._embed_lock = threading.Lock()  # the embedding contexts are not the engine's
+        self._mtmd: Any = None  # an MtmdContext when LlamaParams.mmproj_path is set (plugin llamaplug-mtmd)
 
     @classmethod
     def load(cls, params: LlamaParams | str) -> Llama:
@@ -70,10 +71,13 @@ class Llama:
             context = LlamaContext(model, context_params)
             for path, scale in params.lora:
                 context.set_lora(LoraAdapter.load(model, path), scale)
+            mtmd = _projector(params, model)
         except BaseException:
             model.close()
             raise
-        return cls(params, backend, model, context)
+        llama = cls(params, backend, model, context)
+        llama._mtmd = mtmd
+        return llama
 
     @property
     def model(self) -> LlamaModel:
@@ -225,18 +229,22 @@ class Llama:
         if stop is not None and not isinstance(stop, str) and not all(isinstance(s, str) for s in stop):
             raise InvalidParameterError("stop must be a string or a list of strings", field="stop")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if isinstance(prompt, str):
+        media = None
+        if _is_media(prompt):
+            media, tokens = prompt, []
+        elif isinstance(prompt, str):
             tokens = self._model.tokenize(prompt, True, special)
         else:
             tokens = self._model.check_tokens(prompt).tolist()
-        if not tokens:
+        n_prompt = len(tokens) if media is None else int(media.n_pos)
+        if not n_prompt:
             raise InvalidParameterError("the prompt has no tokens", field="prompt")
         room = self._engine.n_ctx_seq
-        if len(tokens) >= room:
+        if n_prompt >= room:
             per = f"n_ctx / n_seq_max = {room}" if room != self._context.n_ctx else f"n_ctx = {room}"
             raise ContextOverflowError(
-                f"the prompt has {len(tokens)} tokens but a sequence holds {room} ({per}); "
-                "shorten the prompt or raise n_ctx"
+                f"the prompt has {n_prompt} {'positions' if media is not None else 'tokens'} but a sequence holds "
+                f"{room} ({per}); shorten the prompt or raise n_ctx"
             )
         grammar = response_grammar(response_format)
         if grammar is not None:
@@ -248,7 +256,7 @@ class Llama:
             sampler, own = SamplerChain().greedy(), True
         elif isinstance(sampler, SamplerChain):
             sampler.select_with(self.params.seed)  # for the dist appended to a chain that selects nothing
-        return Job(tokens, max_tokens, sampler, stops, logprobs, own)
+        return Job(tokens, max_tokens, sampler, stops, logprobs, own, media=media)
 
     def _stream(self, jobs: list[Job]) -> Iterator[tuple[int, CompletionChunk]]:
         """Submit `jobs` (at the first next()) and yield (index, event) until each has ended.
@@ -374,7 +382,13 @@ class Llama:
         elif tool_choice not in (None, "auto", "none"):
             raise InvalidParameterError("tool_choice needs tools", field="tool_choice")
         use_tools = tools is not None and tool_choice != "none"
-        tokens, template = render(self, check_messages(messages), chat_template, tools if use_tools else None)
+        if self._mtmd is not None and _has_media(messages):
+            from llamaplug_mtmd import prepare_chat
+
+            tokens, template = prepare_chat(self._mtmd, messages, lambda flat: render_prompt(
+                self, check_messages(flat), chat_template, tools if use_tools else None))
+        else:
+            tokens, template = render(self, check_messages(messages), chat_template, tools if use_tools else None)
         kind = tool_family(template) if use_tools else None
         if use_tools and tool_choice not in (None, "auto"):
             if response_format is not None:
@@ -386,6 +400,30 @@ class Llama:
                 raise InvalidParameterError("a forced tool call needs a SamplerChain (or no sampler)", field="sampler")
             sampler = sampler.constrained(grammar)
         return tokens, sampler, kind
+
+
+def _projector(params: LlamaParams, model: LlamaModel) -> Any:
+    """The MtmdContext for params.mmproj_path (None without one)."""
+    if params.mmproj_path is None:
+        return None
+    try:
+        import llamaplug_mtmd
+    except ImportError:
+        raise InvalidParameterError("mmproj_path needs the multimodal plugin: pip install llamaplug-mtmd",
+                                    field="mmproj_path") from None
+    return llamaplug_mtmd.MtmdContext(params.mmproj_path, model,
+                                      llamaplug_mtmd.MtmdParams(n_threads=params.n_threads or 0))
+
+
+def _has_media(messages: Any) -> bool:
+    return isinstance(messages, list) and any(
+        isinstance(m, dict) and isinstance(m.get("content"), list)
+        and any(isinstance(p, dict) and p.get("type") in ("image_url", "input_audio") for p in m["content"])
+        for m in messages)
+
+
+def _is_media(prompt: Any) -> bool:
+    return hasattr(prompt, "eval") and hasattr(prompt, "n_pos")  # MtmdInputChunks, without importing the plugin
 
 
 def _stderr_is_tty() -> bool:
