@@ -179,3 +179,21 @@ def test_closing_stops_the_engine_and_refuses_new_work(smollm2_path):
     assert thread is not None and not thread.is_alive()
     with pytest.raises(lp.ClosedError):
         llama.create_completion("Hi", max_tokens=2)
+
+
+def test_a_samplers_bad_option_is_raised_in_the_callers_thread(batched):
+    with pytest.raises(lp.InvalidParameterError, match="top_k") as err:
+        batched.create_completion("Hi", max_tokens=2, sampler=lp.SamplerChain().top_k(2**40).greedy())
+    assert err.value.field == "top_k"
+    assert batched.create_completion("Hi", max_tokens=2).stop_reason == lp.StopReason.MAX_TOKENS  # engine alive
+
+
+def test_a_python_sampler_that_raises_fails_its_request_only(batched):
+    class Boom:
+        def apply(self, candidates):
+            raise KeyError("from the sampler")
+
+    chains = [lp.SamplerChain().add(Boom()).greedy(), lp.SamplerChain().greedy()]
+    with pytest.raises(KeyError, match="from the sampler"):
+        batched.create_completions(["Hi", "Hello"], max_tokens=4, sampler=chains)
+    assert batched.create_completion("Hi", max_tokens=2).stop_reason == lp.StopReason.MAX_TOKENS

@@ -130,8 +130,12 @@ def test_requests_from_many_clients_share_batches(client, server, local):
                                          response_format={"type": "json_schema", "json_schema": {}}),
      400, "response_format.json_schema"),
     (lambda c: c.completions.create(model=model_id(c), prompt=[1, 2, 10**9], max_tokens=1), 400, None),
+    (lambda c: c.completions.create(model=model_id(c), prompt="x", max_tokens=1, extra_body={"top_k": 10**15}),
+     400, "top_k"),  # found by schemathesis: it once stopped the engine
+    (lambda c: c.completions.create(model=model_id(c), prompt=[2821, -9223372036854775809], max_tokens=1),
+     400, None),  # found by schemathesis: beyond int64
 ], ids=["unknown_model", "negative_max_tokens", "prompt_over_the_slot", "unknown_role", "no_messages", "n_3",
-        "schema_missing", "token_outside_vocab"])
+        "schema_missing", "token_outside_vocab", "top_k_beyond_int32", "token_beyond_int64"])
 def test_bad_requests_get_openai_errors_and_the_server_stays_up(client, server, call, status, param):
     with pytest.raises(openai.APIStatusError) as err:
         call(client)

@@ -97,7 +97,15 @@ class LlamaModel(NativeHandle):
 
     def check_tokens(self, tokens: Any) -> np.ndarray:
         """Tokens as an int32 array, each checked against the vocabulary (vectorised)."""
-        arr = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        try:
+            arr = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        except (OverflowError, ValueError, TypeError):
+            # Only on this error path: find the first entry that is not a 64-bit integer, to name it.
+            for i, t in enumerate(list(tokens) if isinstance(tokens, (list, tuple)) else [tokens]):
+                if not isinstance(t, (int, np.integer)) or not -2**63 <= int(t) < 2**63:
+                    raise InvalidTokenError(f"token {i} ({str(t)[:40]}) is not a token id (0..{self.n_vocab - 1})",
+                                            token=None) from None
+            raise InvalidTokenError(f"tokens must be a flat list of token ids (0..{self.n_vocab - 1})") from None
         if arr.size:
             bad = np.flatnonzero((arr < 0) | (arr >= self.n_vocab))
             if bad.size:

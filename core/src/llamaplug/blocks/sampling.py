@@ -279,7 +279,12 @@ class SamplerChain(LlamaSampler):
         made: list[Any] = []
         try:
             for make in self._parts:
-                made.append(_native(make(target)))
+                try:
+                    made.append(_native(make(target)))
+                except (OverflowError, TypeError) as exc:  # cffi's conversion of an option to its C type
+                    name = self.names[len(made)] if len(made) < len(self.names) else "sampler"
+                    raise InvalidParameterError(f"{name}: an option does not fit its C type ({exc})",
+                                                field=name) from None
         except BaseException:  # all or nothing: a refused part leaks none made before it
             for sampler in made:
                 lib.llama_sampler_free(sampler)
@@ -298,6 +303,11 @@ class SamplerChain(LlamaSampler):
         if self.names[-1] not in SELECTING and self._selecting_at != len(self.names):
             lib.llama_sampler_chain_add(ptr, LlamaSampler.dist(seed)._give_away())
             self._auto_dist = True
+
+    def prepare(self, model: Any) -> SamplerChain:
+        """Build the native chain for `model` now, so that a bad option is raised here, not at the first sample."""
+        self._build(model.n_vocab, model._vocab_ptr)
+        return self
 
     def select_with(self, seed: int) -> SamplerChain:
         """The chain's seed (see the class doc) when it was given none and has not sampled yet."""

@@ -331,7 +331,7 @@ class Engine:
         try:
             token = job.sampler.sample(self._ctx, idx)
             lp = [self._logprobs.read(token, job.n_logprobs, idx)] if job.n_logprobs is not None else None
-        except LlamaError as exc:
+        except Exception as exc:  # noqa: BLE001 - a job's own sampler (a plugin's Python code too) fails that job only
             self._release(slot)
             self._end(job, exc)
             return

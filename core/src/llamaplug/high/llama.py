@@ -256,6 +256,8 @@ class Llama:
             sampler, own = SamplerChain().greedy(), True
         elif isinstance(sampler, SamplerChain):
             sampler.select_with(self.params.seed)  # for the dist appended to a chain that selects nothing
+        if isinstance(sampler, SamplerChain) and not sampler.closed:
+            sampler.prepare(self._model)  # a bad option is the caller's error, raised here
         return Job(tokens, max_tokens, sampler, stops, logprobs, own, media=media)
 
     def _stream(self, jobs: list[Job]) -> Iterator[tuple[int, CompletionChunk]]:

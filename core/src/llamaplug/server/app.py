@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from ..errors import ClosedError, LlamaError
@@ -220,7 +221,13 @@ def _sampler(body: Any, llama: Llama) -> Any:
              "seed": body.seed if body.seed is not None else llama.params.seed,
              "penalty_present": body.presence_penalty, "penalty_freq": body.frequency_penalty,
              "penalty_repeat": body.repeat_penalty}
-    return SamplerParams(**{k: v for k, v in given.items() if v is not None}).build_chain(llama.model)
+    try:
+        params = SamplerParams(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first.get("loc") else None
+        raise ApiError(400, f"{field}: {first['msg']}", param=field) from None
+    return params.build_chain(llama.model)
 
 
 def _finish(done: Completion | CompletionChunk) -> str:
