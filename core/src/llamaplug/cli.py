@@ -45,6 +45,18 @@ def cmd_info(args: argparse.Namespace) -> int:
     for entry in catalog.entries():
         path = entry.locate()
         print(f"  {entry.name:24} {path if path else 'not installed: ' + entry.install}")
+    if args.mmproj:
+        print("multimodal:")
+        try:
+            import llamaplug_mtmd
+        except ImportError:
+            print(f"  mmproj {args.mmproj}: cannot read it: pip install llamaplug-mtmd")
+            return 1
+        try:
+            print(f"  mmproj {args.mmproj}: {llamaplug_mtmd.describe(args.mmproj)}  [llamaplug-mtmd]")
+        except LlamaError as exc:
+            print(f"  mmproj {args.mmproj}: {exc}")
+            return 1
     return 0
 
 
@@ -76,6 +88,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[{final.stop_reason.value}] prompt {t.prompt_tokens} tokens {t.prompt_per_second:.1f} t/s, "
               f"generated {t.predicted_tokens} tokens {t.predicted_per_second:.1f} t/s", file=sys.stderr)
     llama.close()
+    return 0
+
+
+def cmd_tokenizer_export(args: argparse.Namespace) -> int:
+    from .errors import TokenizerError
+
+    try:
+        from llamaplug_tokenizer_hf.export import export_json
+    except ImportError:
+        raise TokenizerError("`llamaplug tokenizer export` needs the tokenizer plugin: "
+                             "pip install llamaplug-tokenizer-hf") from None
+    out = export_json(args.model, args.output)
+    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
@@ -131,8 +156,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llamaplug", description="GGUF models on llama.cpp")
     p.add_argument("--version", action="version", version=f"llamaplug {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="versions, backend plugins with probe verdicts, devices, models").set_defaults(
-        func=cmd_info)
+    info = sub.add_parser("info", help="versions, backend plugins with probe verdicts, devices, models")
+    info.add_argument("--mmproj", help="a multimodal projector GGUF: say whether it takes images and audio")
+    info.set_defaults(func=cmd_info)
     run = sub.add_parser("run", help="stream a completion")
     run.add_argument("prompt")
     run.add_argument("-m", "--model", help="GGUF file (default: the first installed catalog model)")
@@ -177,6 +203,13 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"], default="error")
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
     serve.set_defaults(func=cmd_serve)
+    tokenizer = sub.add_parser("tokenizer", help="tokenizer tools (plugin llamaplug-tokenizer-hf)")
+    tokenizer_sub = tokenizer.add_subparsers(dest="tokenizer_command", required=True)
+    export = tokenizer_sub.add_parser("export", help="write a tokenizer.json that tokenizes as llama.cpp does "
+                                      "with the GGUF's vocabulary")
+    export.add_argument("model", help="GGUF file (a vocab-only GGUF will do)")
+    export.add_argument("-o", "--output", default="tokenizer.json", help="file or folder to write")
+    export.set_defaults(func=cmd_tokenizer_export)
     from .bench import add_parser
 
     add_parser(sub)

@@ -92,6 +92,26 @@ class SamplingError(LlamaError):
     """A sampler chain could not pick a token (it selects none, or every candidate was removed)."""
 
 
+class TokenizerError(LlamaError):
+    """An external tokenizer (LlamaParams(tokenizer=...)) that cannot be loaded or used."""
+
+
+class TokenizerMismatchError(TokenizerError):
+    """An external tokenizer whose vocabulary is not the model's: `ids` are the token ids that differ."""
+
+    def __init__(self, message: str, ids: list[int] | None = None):
+        super().__init__(message)
+        self.ids = ids or []
+
+
+class UnsupportedVocabError(TokenizerError):
+    """A vocabulary (tokenizer.ggml.model / .pre, in `kind`) that cannot be exported as a tokenizer.json."""
+
+    def __init__(self, message: str, kind: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+
+
 class InvalidGrammarError(InvalidParameterError):
     """llama.cpp's parser refused a GBNF grammar: `line`, `column` (1-based) and `reason` say where and why."""
 

@@ -49,3 +49,15 @@ def llamaplug_register_samplers(register: Callable[[str, Callable[..., Any]], No
     ``SamplerChain().add(name, *args, **kwargs)`` calls ``factory(*args, **kwargs)``,
     which returns a ``LlamaSampler`` that the chain then owns.
     """
+
+
+@hookspec
+def llamaplug_register_tokenizers(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register external tokenizers: ``register(name, load)``.
+
+    ``ModelParams(tokenizer="name:source")`` calls ``load("source", model)`` when the model is
+    loaded; a tokenizer given as an object calls each ``load(obj, model)`` until one does not
+    return None. ``load`` checks the tokenizer against ``model``'s vocabulary (raising a
+    ``TokenizerError``) and returns an object with ``tokenize(text, add_bos, special) -> list[int]``
+    and ``detokenize_bytes(tokens, special) -> bytes``, which the model then uses for its text.
+    """

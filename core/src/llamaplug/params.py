@@ -172,6 +172,19 @@ class ModelParams(Params):
     check_tensors: bool = False
     progress_callback: Callable[[float], bool | None] | None = Field(
         None, description="called with 0.0..1.0 while the weights load; returning False cancels the load")
+    tokenizer: Any = Field(
+        None, description='an external tokenizer for the model\'s text: "hf:/path/tokenizer.json" (or "hf:" + a '
+                          'folder; plugin llamaplug-tokenizer-hf), or a tokenizer object a plugin takes; None = the '
+                          'GGUF\'s')
+
+    @field_validator("tokenizer", mode="before")
+    @classmethod
+    def _tokenizer(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.partition(":")[0]:
+            raise ValueError('tokenizer must be "name:source" (e.g. "hf:/path/to/tokenizer.json") or an object')
+        if isinstance(value, str) and ":" not in value:
+            raise ValueError(f'tokenizer {value!r} names no plugin: write "hf:{value}" for a tokenizer.json')
+        return value
 
     @field_validator("n_gpu_layers", mode="before")
     @classmethod

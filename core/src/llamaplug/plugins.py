@@ -90,6 +90,18 @@ def sampler_factories() -> dict[str, SamplerFactory]:
     return found
 
 
+TokenizerFactory = SamplerFactory  # the same record: a name, its `load` function and who registered it
+
+
+def tokenizer_factories() -> dict[str, TokenizerFactory]:
+    """Every tokenizer registered through llamaplug_register_tokenizers, by name (the first registration wins)."""
+    found: dict[str, TokenizerFactory] = {}
+    for plugin, item in collect_from("llamaplug_register_tokenizers"):
+        name, factory = item
+        found.setdefault(name, TokenizerFactory(name, factory, plugin, distribution_of(plugin)))
+    return found
+
+
 def collect(hook_name: str) -> list[Any]:
     """Call a ``register``-style hook and return what all plugins registered.
 

@@ -26,6 +26,7 @@ from .backend import LlamaBackend
 from .c_params import model_c_params
 from .fitting import FitResult
 from .gguf_header import TENSOR_ALIGNMENT, inspect_model
+from .tokenizer import attach as attach_tokenizer
 
 
 class LlamaModel(NativeHandle):
@@ -87,6 +88,13 @@ class LlamaModel(NativeHandle):
         self._eog: dict[int, bool] = {}
         self._byte_gaps = header.byte_gaps if int(lib.llama_vocab_type(self._vocab)) == lib.LLAMA_VOCAB_TYPE_SPM \
             else None
+        self._tokenizer: Any = None
+        if self.params.tokenizer is not None:
+            try:
+                self._tokenizer = attach_tokenizer(self.params.tokenizer, self)
+            except BaseException:
+                self.close()
+                raise
         pm.hook.llamaplug_model_loaded(model=self)
 
     # -- tokens ------------------------------------------------------------
@@ -119,6 +127,9 @@ class LlamaModel(NativeHandle):
     def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
         """Token ids of `text`; `special=True` parses control-token text like "<|im_start|>"."""
         data = encode_text(text)
+        if self._tokenizer is not None:
+            self._ptr  # noqa: B018 - raises ClosedError once closed
+            return self._tokenizer.tokenize(text, add_bos, special)
         self._check_vocab(add_bos)
         if self._byte_gaps is not None:
             ch = self._byte_gaps.unencodable(text)
@@ -143,6 +154,9 @@ class LlamaModel(NativeHandle):
 
     def detokenize_bytes(self, tokens: Any, special: bool = False) -> bytes:
         arr = self.check_tokens(tokens)
+        if self._tokenizer is not None:
+            self._ptr  # noqa: B018 - raises ClosedError once closed
+            return self._tokenizer.detokenize_bytes(arr.tolist(), special)
         self._check_vocab(False)
         if not arr.size:
             return b""
@@ -155,6 +169,11 @@ class LlamaModel(NativeHandle):
                 return ffi.unpack(buf, n)
             size = -n
         raise InvalidParameterError("detokenization failed", field="tokens")
+
+    @property
+    def tokenizer(self) -> Any:
+        """The external tokenizer that tokenizes and detokenizes for this model (ModelParams.tokenizer), or None."""
+        return self._tokenizer
 
     def token_to_piece(self, token: int, special: bool = False, lstrip: int = 0) -> bytes:
         """The raw bytes of one token (may be part of a UTF-8 character); `lstrip` leading spaces dropped."""
