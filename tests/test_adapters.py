@@ -7,9 +7,9 @@ import subprocess
 import numpy as np
 import pytest
 from fixtures.adapters import control_vector, write_control_vector, write_lora
+from support import THREADS
 
 import llamaplug as lp
-from conftest import THREADS
 
 PROMPT = "The capital of France is"
 N = 24

@@ -30,8 +30,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from conftest import run_isolated
+from support import run_isolated
 
 TESTS = Path(__file__).resolve().parent
 PROFILES = {

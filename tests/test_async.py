@@ -6,9 +6,9 @@ import asyncio
 import time
 
 import pytest
+from support import THREADS
 
 import llamaplug as lp
-from conftest import THREADS
 
 PROMPTS = ["The capital of France is", "def add(a, b):", "Once upon a time", "Water boils at",
            "My favourite colour is", "1, 1, 2, 3, 5,"]

@@ -27,8 +27,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from conftest import THREADS, run_isolated
+from support import THREADS, run_isolated
 
 # -- the child's side --------------------------------------------------------------
 

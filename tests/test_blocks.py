@@ -7,9 +7,9 @@ import re
 
 import numpy as np
 import pytest
+from support import THREADS, run_isolated
 
 import llamaplug as lp
-from conftest import THREADS, run_isolated
 from llamaplug import raw
 
 

@@ -7,8 +7,8 @@ is rendered by it and by llamaplug, and the prompt strings must be equal.
 from __future__ import annotations
 
 import pytest
+from support import llama_server, post_json
 
-from conftest import llama_server, post_json
 from llamaplug.high.chat import check_messages, render_prompt
 
 SYS = {"role": "system", "content": "You are terse."}

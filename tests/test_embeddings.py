@@ -7,9 +7,9 @@ import subprocess
 
 import numpy as np
 import pytest
+from support import THREADS
 
 import llamaplug as lp
-from conftest import THREADS
 
 TEXTS = ["Hello world", "The capital of France is Paris.", "Embeddings from llama.cpp", "x",
          "A somewhat longer sentence, with punctuation; and a few more words in it."]

@@ -7,9 +7,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from support import THREADS
 
 import llamaplug as lp
-from conftest import THREADS
 
 SLOTS = 4
 PER_SLOT = 512

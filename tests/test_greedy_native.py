@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from support import THREADS
 
 import llamaplug as lp
-from conftest import THREADS
 
 N_PREDICT = 40
 PROMPTS = [

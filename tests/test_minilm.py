@@ -13,9 +13,9 @@ import subprocess
 import numpy as np
 import pytest
 from fixtures import minilm
+from support import THREADS
 
 import llamaplug as lp
-from conftest import THREADS
 from llamaplug.raw import lib
 
 TEXTS = [

@@ -22,8 +22,7 @@ from fixtures.tiny_mmproj import (
     write_tiny_audio_mmproj,
     write_tiny_mmproj,
 )
-
-from conftest import REPO
+from support import REPO
 
 pytest.importorskip("llamaplug_mtmd._cffi", reason="llamaplug-mtmd is not built here (pip install ./plugins/mtmd)")
 
@@ -191,3 +190,22 @@ def test_image_parts_without_a_projector_say_what_to_set(files):
             llama.create_chat_completion([{"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": files["a.png"].as_uri()}}]}], max_tokens=2)
         assert err.value.field == "messages[0].content[0]"
+
+
+def test_the_server_takes_image_parts(files):
+    import base64
+
+    import openai
+    from support import llamaplug_server
+
+    png = base64.b64encode(files["a.png"].read_bytes()).decode()
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}
+    messages = [{"role": "user", "content": [image, {"type": "text", "text": "hello world"}]}]
+    with lp.Llama.load(lp.LlamaParams(model_path=files["text"], mmproj_path=files["image"], n_ctx=N_CTX["image"],
+                                      n_threads=THREADS)) as llama:
+        want = llama.create_chat_completion(messages, max_tokens=N_PREDICT).choices[0].message.content
+    with llamaplug_server(files["text"], "--mmproj", str(files["image"]), "--parallel", "2", "-c",
+                          str(2 * N_CTX["image"])) as (port, _):
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+        got = client.chat.completions.create(model="text.gguf", messages=messages, max_tokens=N_PREDICT, temperature=0)
+    assert want and got.choices[0].message.content == want

@@ -21,8 +21,7 @@ import venv
 from pathlib import Path
 
 import pytest
-
-from conftest import THREADS
+from support import THREADS
 
 PLANTED = ["libggml-cpu-planted.so", "libggml-cuda.so", "libggml-cuda-planted.so", "libggml-rpc-planted.so",
            "libggml-vulkan.so", "libggml-blas.so", "libggml-anything.so"]

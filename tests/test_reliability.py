@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support import THREADS, run_isolated
 
 import llamaplug as lp
-from conftest import THREADS, run_isolated
 
 
 def test_sigint_during_long_decode_is_prompt_and_context_survives(smollm2_path):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fixtures.tiny_gguf import write_tiny_reranker
+from support import llama_server, post_json
 
 import llamaplug as lp
-from conftest import llama_server, post_json
 
 QUERY = "the world"
 DOCS = ["hello world", "the cat is here", "it is all the world there is", "a", "hello hello hello"]

@@ -12,8 +12,7 @@ import json
 import textwrap
 
 import pytest
-
-from conftest import THREADS, run_isolated
+from support import THREADS, run_isolated
 
 PRELUDE = f"""
 import json

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from fixtures.tiny_gguf import write_tiny_model
+from support import THREADS
 
 import llamaplug as lp
-from conftest import THREADS
 
 SYSTEM = "Minutes of the garden club. The roses were pruned and the pond was cleaned. " * 4
 

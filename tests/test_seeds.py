@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from support import THREADS, run_isolated
 
 import llamaplug as lp
-from conftest import THREADS, run_isolated
 
 # -- seed 001: the data flow of one completion -------------------------------------------
 

@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import openai
 import pytest
+from support import THREADS, llamaplug_server
 
 import llamaplug as lp
-from conftest import THREADS, llamaplug_server
 
 SLOTS = 4
 CTX = 4096  # the whole cache: 1024 positions a slot
@@ -160,7 +160,7 @@ def test_invalid_json_and_wrong_types_are_400(server):
 
 def test_a_client_leaving_a_stream_frees_its_slot(server):
     conn = http.client.HTTPConnection("127.0.0.1", server, timeout=30)
-    body = {"prompt": "Write a very long story about the sea.", "max_tokens": 2000, "stream": True}
+    body = {"prompt": "Count from 1 to 1000: 1, 2, 3,", "max_tokens": 2000, "stream": True, "temperature": 0}
     conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
     resp = conn.getresponse()
     assert resp.status == 200

@@ -15,8 +15,7 @@ import venv
 from pathlib import Path
 
 import pytest
-
-from conftest import REPO, THREADS
+from support import REPO, THREADS
 
 pytestmark = pytest.mark.slow
 

@@ -125,6 +125,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.n_batch:
         extra["n_batch"] = args.n_batch
     # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
+    if args.mmproj:
+        extra["mmproj_path"] = args.mmproj
     llama = Llama.load(LlamaParams(model_path=path, n_ctx=args.ctx_size, n_seq_max=args.parallel,
                                    log_level=args.log, n_gpu_layers=args.n_gpu_layers, seed=args.seed, **extra))
     app = create_app(llama, args.alias, args.api_key, args.pooling)
@@ -197,6 +199,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("-b", "--batch-size", dest="n_batch", type=int, help="tokens per decode (n_batch)")
     serve.add_argument("-t", "--threads", type=int)
     serve.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF, help="seed for requests that give none")
+    serve.add_argument("--mmproj", help="multimodal projector GGUF: image/audio chat parts (llamaplug-mtmd)")
     serve.add_argument("--pooling", choices=["mean", "cls", "last"],
                        help="for /v1/embeddings (default: the model's own; mean where it has none)")
     serve.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1/ (401 otherwise)")

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from support import REPO
 
 CASES = 1500
 

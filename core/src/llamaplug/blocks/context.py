@@ -85,6 +85,9 @@ class LlamaContext(NativeHandle):
         self._adapters = AdapterState()
         self._cvec: np.ndarray | None = None
         self.n_past = 0
+        # Bumped by everything that changes the KV cache or how it is computed (decodes, cache
+        # edits, adapters, states): the engine's prefix cache trusts its slots only while it has not moved.
+        self.epoch = 0
         self._row_view: tuple[int, np.ndarray | None] = (0, None)
         self._one = LlamaBatch(1, 1)
         self._one.add(0, 0, (0,), True)
@@ -184,6 +187,7 @@ class LlamaContext(NativeHandle):
             _interrupted()
         raise_for_status("llama_decode", rc, n_tokens=batch.n_tokens, native=errors)
         self._outputs = batch.logits[: batch.n_tokens].copy()
+        self.epoch += 1
         self.n_past = max(self.n_past, int(batch.pos[: batch.n_tokens].max()) + 1)
 
     def encode(self, batch: LlamaBatch) -> None:
@@ -227,6 +231,7 @@ class LlamaContext(NativeHandle):
                 _interrupted()
             raise_for_status("llama_decode", rc, token=token, pos=self.n_past)
         self._outputs = one.logits
+        self.epoch += 1
         self.n_past += 1
 
     # -- outputs -------------------------------------------------------------
@@ -305,12 +310,14 @@ class LlamaContext(NativeHandle):
     def clear_cache(self) -> None:
         """Empty the KV cache of every sequence."""
         lib.llama_memory_clear(self._memory, True)
+        self.epoch += 1
         self.n_past = 0
         self._outputs = np.zeros(0, dtype=np.int8)
 
     kv_cache_clear = clear_cache
 
     def kv_cache_seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        self.epoch += 1
         self._check_seq(seq_id, allow_all=True)
         ok = bool(lib.llama_memory_seq_rm(self._memory, seq_id, p0, p1))
         if ok and seq_id in (0, -1):  # sequence 0 is the one n_past tracks
@@ -318,11 +325,13 @@ class LlamaContext(NativeHandle):
         return ok
 
     def kv_cache_seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1) -> None:
+        self.epoch += 1
         self._check_seq(seq_id_src)
         self._check_seq(seq_id_dst)
         lib.llama_memory_seq_cp(self._memory, seq_id_src, seq_id_dst, p0, p1)
 
     def kv_cache_seq_keep(self, seq_id: int) -> None:
+        self.epoch += 1
         self._check_seq(seq_id)
         lib.llama_memory_seq_keep(self._memory, seq_id)
 
@@ -336,6 +345,7 @@ class LlamaContext(NativeHandle):
         if not lib.llama_memory_can_shift(self._memory):
             raise InvalidParameterError("this model's memory cannot shift positions", field="delta")
         lib.llama_memory_seq_add(self._memory, seq_id, p0, p1, delta)
+        self.epoch += 1
         if seq_id == 0:
             self.n_past = int(lib.llama_memory_seq_pos_max(self._memory, 0)) + 1
 
@@ -352,6 +362,7 @@ class LlamaContext(NativeHandle):
     # -- adapters ------------------------------------------------------------
     def set_lora(self, adapter: LoraAdapter, scale: float = 1.0) -> None:
         """Apply `adapter` at `scale` (set again to change the scale; several adapters add up)."""
+        self.epoch += 1
         if adapter.closed:
             raise ClosedError("this LoRA adapter is closed")
         if adapter.model is not self.model:
@@ -361,11 +372,13 @@ class LlamaContext(NativeHandle):
         self._adapters.apply_loras(self._ptr)
 
     def remove_lora(self, adapter: LoraAdapter) -> None:
+        self.epoch += 1
         if self._adapters.loras.pop(adapter, None) is None:
             raise InvalidParameterError("that LoRA adapter is not applied to this context", field="adapter")
         self._adapters.apply_loras(self._ptr)
 
     def clear_loras(self) -> None:
+        self.epoch += 1
         self._adapters.loras.clear()
         self._adapters.apply_loras(self._ptr)
 
@@ -377,6 +390,7 @@ class LlamaContext(NativeHandle):
                              layer_end: int | None = None) -> None:
         """Add `vector` (a ControlVector, or an (n_layers, n_embd) array from layer 1) to layers
         layer_start..layer_end (inclusive; default: all it has); None removes it."""
+        self.epoch += 1
         if vector is None:
             lib.llama_set_adapter_cvec(self._ptr, ffi.NULL, 0, self.model.n_embd, 0, 0)
             self._cvec = None
@@ -423,11 +437,13 @@ class LlamaContext(NativeHandle):
             raise native_error(StateError, f"llama.cpp rejected the state ({len(data)} bytes)", errors)
         self.n_past = self.kv_cache_seq_pos_max(0) + 1 if n_past is None else n_past
         self._outputs = np.zeros(0, dtype=np.int8)  # llama.cpp does not restore logits: decode first
+        self.epoch += 1
 
     def _resync(self) -> None:
         """n_past from what the cache holds now; no logits until the next decode."""
         self.n_past = self.kv_cache_seq_pos_max(0) + 1
         self._outputs = np.zeros(0, dtype=np.int8)
+        self.epoch += 1
 
     def state_save_file(self, path: str | os.PathLike[str], tokens: Any = ()) -> Path:
         target = Path(path)
@@ -452,6 +468,7 @@ class LlamaContext(NativeHandle):
             self._resync()
             raise native_error(StateError, f"could not load state from {source}", errors)
         self.n_past = int(n[0])
+        self.epoch += 1
         return ffi.unpack(tokens, int(n[0]))
 
     # -- perf ----------------------------------------------------------------

@@ -113,6 +113,7 @@ class Engine:
         self._closed = False
         self._turn = 0  # which prefilling slot goes first, so long prompts share the room fairly
         self._stepping = threading.Lock()  # held by the worker for each step; `idle` takes it between steps
+        self._epoch = context.epoch  # the context's epoch after the engine's own last change
         self.stats = EngineStats()
 
     @property
@@ -171,6 +172,7 @@ class Engine:
                     raise InvalidParameterError(f"{why} needs the engine idle; requests are running or waiting",
                                                 field="state")
                 yield [slot.tokens for slot in self._slots]
+                self._epoch = self._ctx.epoch  # what the caller did (load_state) is the slots' new truth
 
     # -- the worker ----------------------------------------------------------
     def _run(self) -> None:
@@ -182,14 +184,25 @@ class Engine:
                     if self._closed:
                         break
                 with self._stepping:
+                    self._forget_if_touched()
                     with self._cv:
                         self._admit()
                     self._step()
+                    self._epoch = self._ctx.epoch
         except BaseException as exc:  # a bug here must not leave callers waiting forever
             log.exception("the engine stopped")
             self._fail_all(exc)
             return
         self._fail_all(ClosedError("this Llama was closed while the request ran"))
+
+    def _forget_if_touched(self) -> None:
+        """The context was used outside the engine (a decode, a cache edit, an adapter or state change):
+        what the idle slots say they hold can no longer be trusted, so nothing of it is reused."""
+        if self._ctx.epoch != self._epoch:
+            for slot in self._slots:
+                if slot.job is None:
+                    slot.tokens.clear()
+            self._epoch = self._ctx.epoch
 
     def _busy(self) -> bool:
         return any(slot.job is not None for slot in self._slots)
