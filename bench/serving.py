@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""Serving benchmarks, as ratios measured in one run on this machine.
+
+    .tox/py/bin/python bench/serving.py engine [--models smollm2,gemma] [--rounds 3]
+    .tox/py/bin/python bench/serving.py load [--clients 8,32] [--requests 200]
+    .tox/py/bin/python bench/serving.py disconnects [--requests 1000]
+
+engine: `create_completions` of 16 prompts x 64 tokens against the same prompts one
+  by one (one Llama, 2 threads), beside the pinned llama-batched-bench's ratio of its
+  B=16 to B=1 throughput on the same sizes (-npp 32 -ntg 64, prompts included, so
+  both ratios are wall time of 16 alone / wall time of 16 together). Target: ours
+  >= 0.95x native's. Rounds interleave native and llamaplug.
+load: the pinned llama-server, `llamaplug serve` and llama-cpp-python's server (its
+  [server] extra, in bench/peer_env.py's venv) on the same model, threads and slots,
+  driven by the same openai.AsyncOpenAI client: N concurrent clients, R streamed
+  completions per run (greedy, 32 tokens). Throughput counts the tokens of the text
+  received (tokenized by llamaplug, so the same measure for all three), time to
+  first token p50/p95, errors.
+disconnects: R streamed requests to `llamaplug serve`, each dropped after a random
+  number of events; afterwards /metrics must show every slot free, and the server's
+  RSS is sampled (flat: the last sample within 5% of the one after warm-up).
+Results go to bench/results/serving/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "vendor" / "llama.cpp"))
+OUT = HERE / "results" / "serving"
+THREADS = 2
+
+N_SEQ, NPP, NTG = 16, 32, 64
+
+
+def model_path(name: str) -> Path:
+    from llamaplug.catalog import entries
+
+    for entry in entries():
+        if entry.name.startswith(name) and entry.locate():
+            return Path(entry.locate())
+    raise SystemExit(f"model {name!r} is not installed (see `llamaplug info`)")
+
+
+def native_bin() -> Path:
+    import native_tools
+
+    return Path(native_tools.build())
+
+
+# -- engine -----------------------------------------------------------------
+def native_ratio(bin_dir: Path, model: Path) -> dict[str, float]:
+    out = subprocess.run([str(bin_dir / "llama-batched-bench"), "-m", str(model), "-t", str(THREADS), "-c",
+                          str(N_SEQ * (NPP + NTG) + 64), "-npp", str(NPP), "-ntg", str(NTG), "-npl", f"1,{N_SEQ}",
+                          "--output-format", "jsonl"], capture_output=True, text=True, check=True)
+    rows = {r["pl"]: r for r in (json.loads(line) for line in out.stdout.splitlines() if line.startswith("{"))}
+    one, many = rows[1], rows[N_SEQ]
+    t1, tn = one["t_pp"] + one["t_tg"], many["t_pp"] + many["t_tg"]
+    return {"ratio": N_SEQ * t1 / tn, "tg_ratio": (N_SEQ * NTG / many["t_tg"]) / (NTG / one["t_tg"]),
+            "b1_s": t1, "b16_s": tn}
+
+
+def ours_ratio(llama: Any, prompts: list[list[int]]) -> dict[str, float]:
+    import llamaplug as lp
+
+    banned = {t: float("-inf") for t in range(llama.model.n_vocab) if llama.model.token_is_eog(t)}
+
+    def chain() -> lp.SamplerChain:  # greedy that never ends early, as batched-bench's fixed -ntg
+        return lp.SamplerChain().logit_bias(banned).greedy()
+
+    t0 = time.perf_counter()
+    alone = [llama.create_completion(p, NTG, sampler=chain()) for p in prompts]
+    t1 = time.perf_counter()
+    together = llama.create_completions(prompts, NTG, sampler=chain)
+    t2 = time.perf_counter()
+    assert all(len(c.tokens) == NTG for c in alone + together)
+    # Equal on SmolLM2 (Q4_1); on Gemma-3 (Q4_K) the CPU backend's batched matmul sums in another
+    # order than its one-row path, so a greedy text can part ways after some tokens: counted, not asserted.
+    same = sum(a.text == b.text for a, b in zip(alone, together)) / N_SEQ
+    return {"ratio": (t1 - t0) / (t2 - t1), "b1_s": (t1 - t0) / N_SEQ, "b16_s": t2 - t1, "same_text": same}
+
+
+def bench_engine(args: argparse.Namespace) -> dict[str, Any]:
+    import llamaplug as lp
+
+    bin_dir = native_bin()
+    results: dict[str, Any] = {}
+    for name in args.models.split(","):
+        path = model_path(name)
+        rounds = []
+        with lp.Llama.load(lp.LlamaParams(path, n_ctx=N_SEQ * (NPP + NTG) + 64, n_seq_max=N_SEQ,
+                                          n_threads=THREADS, n_batch=2048)) as llama:
+            words = llama.tokenize(open(ROOT / "README.md", encoding="utf-8").read(), False)
+            prompts = [[llama.model.bos or 0, *words[i * 50:i * 50 + NPP - 1]] for i in range(N_SEQ)]
+            ours_ratio(llama, prompts[:2])  # warm-up
+            for r in range(args.rounds):
+                n = native_ratio(bin_dir, path)
+                o = ours_ratio(llama, prompts)
+                rounds.append({"native": n, "llamaplug": o})
+                print(f"{name} round {r + 1}: native B16/B1 {n['ratio']:.2f} (tg only {n['tg_ratio']:.2f}), "
+                      f"llamaplug {o['ratio']:.2f} (same text as alone: {o['same_text']:.0%})", flush=True)
+        nat = statistics.median(r["native"]["ratio"] for r in rounds)
+        ours = statistics.median(r["llamaplug"]["ratio"] for r in rounds)
+        results[name] = {"rounds": rounds, "native_ratio": nat, "llamaplug_ratio": ours,
+                         "ours_over_native": ours / nat}
+        print(f"{name}: llamaplug {ours:.2f}x / native {nat:.2f}x = {ours / nat:.3f} (target >= 0.95)")
+    return results
+
+
+# -- servers ----------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(kind: str, model: Path, slots: int, per_slot: int) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    if kind == "native":
+        cmd = [str(native_bin() / "llama-server"), "-m", str(model), "-t", str(THREADS), "-np", str(slots),
+               "-c", str(slots * per_slot), "--host", "127.0.0.1", "--port", str(port)]
+    elif kind == "llamaplug":
+        cmd = [sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(model), "-t", str(THREADS), "--parallel",
+               str(slots), "-c", str(slots * per_slot), "--port", str(port)]
+    else:
+        import peer_env
+
+        cmd = [str(peer_env.python()), "-m", "llama_cpp.server", "--model", str(model), "--n_threads", str(THREADS),
+               "--n_ctx", str(per_slot), "--host", "127.0.0.1", "--port", str(port),
+               # Its default lets each new request interrupt the running stream (so every client got
+               # about one token): off, it serves them one after another as designed.
+               "--interrupt_requests", "False"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
+                return proc, port
+        except OSError:
+            if proc.poll() is not None:
+                raise SystemExit(f"{kind} server exited: {' '.join(cmd)}") from None
+            time.sleep(0.3)
+    proc.kill()
+    raise SystemExit(f"{kind} server did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+PROMPTS = [f"Count from {i} to {i + 100}, separated by commas: {i}," for i in range(1, 60)]
+
+
+async def drive(port: int, clients: int, requests: int, max_tokens: int = 32, drop: bool = False
+                ) -> dict[str, Any]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0,
+                                timeout=600)
+    model = (await client.models.list()).data[0].id
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(requests):
+        queue.put_nowait(i)
+    texts: list[str] = []
+    ttft: list[float] = []
+    errors: list[str] = []
+    rng = random.Random(0)
+
+    async def worker() -> None:
+        while not queue.empty():
+            i = queue.get_nowait()
+            t0 = time.perf_counter()
+            first, parts = None, []
+            cut = rng.randint(1, 12) if drop else None
+            try:
+                stream = await client.completions.create(model=model, prompt=PROMPTS[i % len(PROMPTS)],
+                                                         max_tokens=max_tokens, temperature=0, stream=True)
+                async for chunk in stream:
+                    if chunk.choices and chunk.choices[0].text:
+                        if first is None:
+                            first = time.perf_counter() - t0
+                        parts.append(chunk.choices[0].text)
+                        if cut is not None and len(parts) >= cut:
+                            await stream.close()  # the client goes away mid-stream
+                            break
+            except Exception as exc:  # every failure is counted, none stops the run
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                continue
+            if first is not None:
+                ttft.append(first)
+            texts.append("".join(parts))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    wall = time.perf_counter() - t0
+    await client.close()
+    return {"wall_s": wall, "texts": texts, "ttft": ttft, "errors": errors}
+
+
+def count_tokens(texts: list[str], model: Path) -> int:
+    import llamaplug as lp
+
+    lp.LlamaBackend.init()
+    vocab = lp.LlamaModel(model, lp.ModelParams(vocab_only=True))
+    try:
+        return sum(len(vocab.tokenize(t, False)) for t in texts)
+    finally:
+        vocab.close()
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bench_load(args: argparse.Namespace) -> dict[str, Any]:
+    import peer_env
+
+    model = model_path(args.model)
+    kinds = ["native", "llamaplug"] + (["peer"] if peer_env.python().exists() else [])
+    if "peer" not in kinds:
+        print("llama-cpp-python's venv is missing (python bench/peer_env.py builds it): peer skipped")
+    results: dict[str, Any] = {}
+    for clients in map(int, args.clients.split(",")):
+        row = {}
+        for kind in kinds:
+            proc, port = start(kind, model, clients, 256)
+            try:
+                asyncio.run(drive(port, min(clients, 4), 8))  # warm-up
+                run = asyncio.run(drive(port, clients, args.requests))
+            finally:
+                stop(proc)
+            tokens = count_tokens(run["texts"], model)
+            row[kind] = {"tokens_per_s": tokens / run["wall_s"], "ttft_p50_ms": pct(run["ttft"], 0.5) * 1e3,
+                         "ttft_p95_ms": pct(run["ttft"], 0.95) * 1e3, "errors": len(run["errors"]),
+                         "error_samples": run["errors"][:3], "requests": args.requests, "tokens": tokens,
+                         "wall_s": run["wall_s"]}
+            r = row[kind]
+            print(f"{clients} clients, {kind:9}: {r['tokens_per_s']:.1f} tok/s, ttft p50 {r['ttft_p50_ms']:.0f} ms "
+                  f"p95 {r['ttft_p95_ms']:.0f} ms, errors {r['errors']}", flush=True)
+        ours = row["llamaplug"]["tokens_per_s"]
+        row["ours_over_native"] = ours / row["native"]["tokens_per_s"]
+        if "peer" in row:
+            row["ours_over_peer"] = ours / row["peer"]["tokens_per_s"]
+        print(f"{clients} clients: llamaplug/native {row['ours_over_native']:.2f} (target >= 0.9)"
+              + (f", llamaplug/peer {row['ours_over_peer']:.2f} (target >= 3)" if "peer" in row else ""))
+        results[f"clients={clients}"] = row
+    return results
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return int(re.search(r"VmRSS:\s+(\d+)", fh.read()).group(1))
+
+
+def bench_disconnects(args: argparse.Namespace) -> dict[str, Any]:
+    model = model_path(args.model)
+    proc, port = start("llamaplug", model, 8, 512)
+    samples = []
+    try:
+        asyncio.run(drive(port, 8, 40, 64))  # warm-up: every slot used once
+        samples.append(rss_kib(proc.pid))
+        done = 0
+        while done < args.requests:
+            n = min(100, args.requests - done)
+            run = asyncio.run(drive(port, 16, n, 200, drop=True))
+            done += n
+            samples.append(rss_kib(proc.pid))
+            if run["errors"]:
+                print("errors:", run["errors"][:3])
+        time.sleep(1.0)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            metrics = dict(line.split() for line in resp.read().decode().splitlines() if line and line[0] != "#")
+    finally:
+        stop(proc)
+    out = {"requests": args.requests, "slots_busy_after": float(metrics["llamaplug_slots_busy"]),
+           "queue_after": float(metrics["llamaplug_queue_length"]), "rss_kib": samples,
+           "rss_growth_after_warmup": samples[-1] / samples[0] - 1,
+           "finished": float(metrics["llamaplug_finished_total"]), "errors": float(metrics["llamaplug_errors_total"])}
+    print(f"{args.requests} dropped streams: slots busy after {out['slots_busy_after']:.0f}, queue "
+          f"{out['queue_after']:.0f}, RSS {samples[0] / 1024:.0f} -> {samples[-1] / 1024:.0f} MiB "
+          f"({out['rss_growth_after_warmup']:+.1%})")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="what", required=True)
+    e = sub.add_parser("engine")
+    e.add_argument("--models", default="smollm2")
+    e.add_argument("--rounds", type=int, default=3)
+    ld = sub.add_parser("load")
+    ld.add_argument("--model", default="smollm2")
+    ld.add_argument("--clients", default="8,32")
+    ld.add_argument("--requests", type=int, default=200)
+    d = sub.add_parser("disconnects")
+    d.add_argument("--model", default="smollm2")
+    d.add_argument("--requests", type=int, default=1000)
+    args = ap.parse_args()
+    result = {"engine": bench_engine, "load": bench_load, "disconnects": bench_disconnects}[args.what](args)
+    OUT.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now().strftime("%Y-%m-%dT%H%M")
+    target = OUT / f"{socket.gethostname()}-{stamp}-{args.what}.json"
+    target.write_text(json.dumps({"argv": sys.argv[1:], "cpu_count": os.cpu_count(), "result": result}, indent=1))
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()
