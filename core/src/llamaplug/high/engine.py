@@ -188,7 +188,6 @@ class Engine:
                     with self._cv:
                         self._admit()
                     self._step()
-                    self._epoch = self._ctx.epoch
         except BaseException as exc:  # a bug here must not leave callers waiting forever
             log.exception("the engine stopped")
             self._fail_all(exc)
@@ -203,6 +202,17 @@ class Engine:
                 if slot.job is None:
                     slot.tokens.clear()
             self._epoch = self._ctx.epoch
+
+    @contextlib.contextmanager
+    def _own(self) -> Iterator[None]:
+        """An edit of the context by the engine itself, taken into its epoch at once: a caller whose job
+        just ended may already be changing the context (set_lora), and that change must not pass as ours."""
+        in_sync = self._ctx.epoch == self._epoch
+        try:
+            yield
+        finally:
+            if in_sync:
+                self._epoch = self._ctx.epoch
 
     def _busy(self) -> bool:
         return any(slot.job is not None for slot in self._slots)
@@ -239,9 +249,10 @@ class Engine:
         keep = 0 if job.media is not None else min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
         # Always cut (not only past the known tokens): after a failed decode or state load the
         # cache may hold cells this bookkeeping does not know of.
-        if not self._ctx.kv_cache_seq_rm(slot.seq, keep, -1):
-            keep = 0  # a recurrent model cannot cut its state: start over
-            self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
+        with self._own():
+            if not self._ctx.kv_cache_seq_rm(slot.seq, keep, -1):
+                keep = 0  # a recurrent model cannot cut its state: start over
+                self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
         del slot.tokens[keep:]
         slot.job, slot.todo, slot.next = job, job.prompt[keep:] if job.media is None else [], None
         job.cached = keep
@@ -285,15 +296,19 @@ class Engine:
         if not rows:
             return
         ctx.clear_abort()
+        if any(slot.job is not None and slot.job.cancelled for slot, _ in rows):
+            return  # Llama.cancel came after the checks above, before the abort flag was cleared: next step
         try:
-            ctx.decode(batch)
+            with self._own():
+                ctx.decode(batch)
         except DecodeError as exc:
             if exc.code != _ABORTED:
                 self._fail_rows(rows, exc)
                 return
             # Llama.cancel: what the aborted decode wrote is not ours; the cancelled jobs end next step.
-            for slot, _ in rows:
-                ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
+            with self._own():
+                for slot, _ in rows:
+                    ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
             return
         except LlamaError as exc:
             self._fail_rows(rows, exc)
@@ -320,11 +335,16 @@ class Engine:
             self._finish(slot, StopReason.CANCELLED)
             return
         self._ctx.clear_abort()
+        if job.cancelled:
+            self._finish(slot, StopReason.CANCELLED)
+            return
         try:
-            n_past = job.media.eval(self._ctx, 0, slot.seq, self._ctx.n_batch, True)
+            with self._own():
+                n_past = job.media.eval(self._ctx, 0, slot.seq, self._ctx.n_batch, True)
         except LlamaError as exc:
             if job.cancelled:  # Llama.cancel aborted the decode
-                self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
+                with self._own():
+                    self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
                 self._finish(slot, StopReason.CANCELLED)
             else:
                 self._fail_rows([(slot, 0)], exc)
@@ -412,7 +432,8 @@ class Engine:
     def _fail_rows(self, rows: list[tuple[_Slot, int]], exc: LlamaError) -> None:
         for slot, _ in rows:
             job = slot.job
-            self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)  # what the failed decode left is unknown
+            with self._own():
+                self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)  # what the failed decode left is unknown
             slot.tokens.clear()
             self._release(slot)
             if job is not None:
