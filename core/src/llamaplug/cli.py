@@ -128,6 +128,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.mmproj:
         extra["mmproj_path"] = args.mmproj
     llama = Llama.load(LlamaParams(model_path=path, n_ctx=args.ctx_size, n_seq_max=args.parallel,
+                                   cache_ram_mib=args.cache_ram,
                                    log_level=args.log, n_gpu_layers=args.n_gpu_layers, seed=args.seed, **extra))
     app = create_app(llama, args.alias, args.api_key, args.pooling)
     print(f"llamaplug serve {path} on http://{args.host}:{args.port} ({args.parallel} slots of "
@@ -196,6 +197,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("-np", "--parallel", type=int, default=4, help="slots: requests decoded together")
     serve.add_argument("-c", "--ctx-size", type=int, default=8192, help="KV cache positions, shared by the slots")
+    serve.add_argument("--cache-ram", type=int, default=256, metavar="MIB",
+                       help="host memory for the KV of finished sequences, reused by later prompts with the same "
+                            "prefix (0 = off)")
     serve.add_argument("-b", "--batch-size", dest="n_batch", type=int, help="tokens per decode (n_batch)")
     serve.add_argument("-t", "--threads", type=int)
     serve.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF, help="seed for requests that give none")

@@ -296,6 +296,10 @@ class LlamaParams(ModelParams, ContextParams):
     progress: bool | None = Field(None, description="a progress bar on stderr while loading (None: if a terminal)")
     mmproj_path: Path | None = Field(None, description="multimodal projector GGUF for image/audio chat parts "
                                                        "(plugin llamaplug-mtmd)")
+    cache_ram_mib: int = Field(256, ge=0, le=1 << 30,
+                               description="host memory (MiB) keeping the KV of sequences that left their slot, "
+                                           "for later prompts with the same prefix (llama-server's --cache-ram); "
+                                           "0 = off")
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, **data: Any):
         if model_path is not None:

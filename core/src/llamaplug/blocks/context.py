@@ -439,6 +439,30 @@ class LlamaContext(NativeHandle):
         self._outputs = np.zeros(0, dtype=np.int8)  # llama.cpp does not restore logits: decode first
         self.epoch += 1
 
+    def state_seq_get(self, seq_id: int) -> bytes:
+        """One sequence's KV cells as bytes (for state_seq_set on a context of the same model and shape)."""
+        self._check_seq(seq_id)
+        size = int(lib.llama_state_seq_get_size(self._ptr, seq_id))
+        buf = ffi.new("uint8_t[]", size)
+        written = lib.llama_state_seq_get_data(self._ptr, buf, size, seq_id)
+        if written == 0:
+            raise StateError(f"llama.cpp could not serialise sequence {seq_id}")
+        return ffi.unpack(ffi.cast("char *", buf), written)
+
+    def state_seq_set(self, data: bytes, seq_id: int) -> None:
+        """Replace sequence `seq_id`'s cells by those of state_seq_get's bytes (logits: decode first)."""
+        self._check_seq(seq_id)
+        if not isinstance(data, (bytes, bytearray, memoryview)) or not len(data):
+            raise StateError("sequence state must be non-empty bytes from state_seq_get()")
+        self.epoch += 1
+        with _native_log.capture_errors() as errors:
+            read = lib.llama_state_seq_set_data(self._ptr, ffi.from_buffer("uint8_t[]", data), len(data), seq_id)
+        if seq_id == 0:
+            self.n_past = self.kv_cache_seq_pos_max(0) + 1
+        if read == 0:
+            raise native_error(StateError, f"llama.cpp rejected the state of sequence {seq_id} ({len(data)} bytes)",
+                               errors)
+
     def _resync(self) -> None:
         """n_past from what the cache holds now; no logits until the next decode."""
         self.n_past = self.kv_cache_seq_pos_max(0) + 1

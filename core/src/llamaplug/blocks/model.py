@@ -261,6 +261,11 @@ class LlamaModel(NativeHandle):
         return int(lib.llama_model_n_embd(self._ptr))
 
     @property
+    def n_swa(self) -> int:
+        """The sliding attention window (0: every layer sees the whole context)."""
+        return int(lib.llama_model_n_swa(self._ptr))
+
+    @property
     def n_layer(self) -> int:
         return int(lib.llama_model_n_layer(self._ptr))
 

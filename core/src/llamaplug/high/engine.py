@@ -33,9 +33,11 @@ from ..blocks.sampling import LlamaSampler
 from ..errors import ClosedError, DecodeError, InvalidParameterError, LlamaError
 from .completion import CompletionChunk, CompletionTimings, StopReason, TextAssembler
 from .logprobs import LogprobReader
+from .prefix_store import PrefixStore, common_prefix
 
 log = logging.getLogger("llamaplug.engine")
 
+_MIN_STASH = 8  # fewer tokens about to be cut are not worth a copy of the sequence
 _ABORTED = 2  # llama_decode's code when the abort callback stopped it
 
 
@@ -92,6 +94,8 @@ class EngineStats:
     errors: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    stored_sequences: int = 0
+    stored_bytes: int = 0
     generated_tokens: int = 0
     decode_steps: int = 0
     busy_slots: int = 0
@@ -99,10 +103,17 @@ class EngineStats:
 
 
 class Engine:
-    """Runs the jobs given to `submit` on `context`, n_seq_max of them at a time."""
+    """Runs the jobs given to `submit` on `context`, n_seq_max of them at a time.
 
-    def __init__(self, context: LlamaContext):
+    `cache_bytes` of host memory keep the KV of sequences that left their slot (prefix_store.py).
+    """
+
+    def __init__(self, context: LlamaContext, cache_bytes: int = 0):
         self._ctx = context
+        self._store = PrefixStore(cache_bytes) if cache_bytes > 0 else None
+        # A sliding-window cache forgets cells behind the window: a prefix is reusable only while the
+        # window before its end is still there (llama-server's check).
+        self._n_swa = 0 if context.params.swa_full else context.model.n_swa
         self._slots = [_Slot(i) for i in range(context.n_seq_max)]
         self._n_ctx_seq = context.n_ctx_seq
         self._batch = LlamaBatch(context.n_batch, 1)
@@ -201,6 +212,9 @@ class Engine:
             for slot in self._slots:
                 if slot.job is None:
                     slot.tokens.clear()
+            if self._store is not None:
+                self._store.clear()
+                self._count_store()
             self._epoch = self._ctx.epoch
 
     @contextlib.contextmanager
@@ -239,25 +253,65 @@ class Engine:
             if not free:
                 break
             self._waiting.popleft()
-            slot = max(free, key=lambda s: (_common_prefix(s.tokens, job.prompt), -s.used))
+            slot = max(free, key=lambda s: (common_prefix(s.tokens, job.prompt), -s.used))
             self._place(job, slot)
         self.stats.waiting = len(self._waiting)
         self.stats.busy_slots = sum(s.job is not None for s in self._slots)
 
     def _place(self, job: Job, slot: _Slot) -> None:
         # The last prompt token is decoded again for its logits; a prompt with media is evaluated whole.
-        keep = 0 if job.media is not None else min(_common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
-        # Always cut (not only past the known tokens): after a failed decode or state load the
-        # cache may hold cells this bookkeeping does not know of.
+        keep = 0 if job.media is not None else min(common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
         with self._own():
-            if not self._ctx.kv_cache_seq_rm(slot.seq, keep, -1):
-                keep = 0  # a recurrent model cannot cut its state: start over
+            if self._store is not None and job.media is None:
+                key, n = self._store.best(job.prompt)
+                if min(n, len(job.prompt) - 1) > keep:
+                    self._stash(slot, 0)
+                    keep = self._restore(slot, key, job.prompt)
+            self._stash(slot, keep)
+            # Always cut (not only past the known tokens): after a failed decode or state load the
+            # cache may hold cells this bookkeeping does not know of.
+            if not self._ctx.kv_cache_seq_rm(slot.seq, keep, -1) or not self._window_kept(slot, keep):
+                keep = 0  # a recurrent model cannot cut its state, a sliding window lost cells: start over
                 self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
         del slot.tokens[keep:]
         slot.job, slot.todo, slot.next = job, job.prompt[keep:] if job.media is None else [], None
         job.cached = keep
         self.stats.prompt_tokens += job.n_prompt
         self.stats.cached_tokens += keep
+
+    def _window_kept(self, slot: _Slot, keep: int) -> bool:
+        if not self._n_swa or keep == 0:
+            return True
+        # -1: the cut took every cell the window layers still had
+        return 0 <= self._ctx.kv_cache_seq_pos_min(slot.seq) <= max(0, keep - self._n_swa)
+
+    def _stash(self, slot: _Slot, keep: int) -> None:
+        """Keep the slot's sequence in the store when a new request is about to cut most of it away."""
+        store, tokens = self._store, slot.tokens
+        if store is None or len(tokens) - keep < _MIN_STASH or min(tokens) < 0 or store.covers(tokens):
+            return  # (negative: media positions, which no text prompt can match)
+        try:
+            store.put(tokens, self._ctx.state_seq_get(slot.seq))
+        except LlamaError:
+            log.debug("could not keep sequence %d", slot.seq, exc_info=True)
+        self._count_store()
+
+    def _restore(self, slot: _Slot, key: tuple[int, ...], prompt: list[int]) -> int:
+        """Load a stored sequence into the slot; how many of `prompt`'s tokens it gives (0 if it failed)."""
+        assert self._store is not None
+        try:
+            self._ctx.state_seq_set(self._store.get(key), slot.seq)
+        except LlamaError:
+            log.debug("could not restore a stored sequence into slot %d", slot.seq, exc_info=True)
+            self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
+            slot.tokens.clear()
+            return 0
+        slot.tokens[:] = key
+        return min(common_prefix(key, prompt), len(prompt) - 1)
+
+    def _count_store(self) -> None:
+        store = self._store
+        self.stats.stored_sequences, self.stats.stored_bytes = (len(store), store.size) if store else (0, 0)
 
     def _step(self) -> None:
         batch, ctx = self._batch, self._ctx
@@ -439,10 +493,3 @@ class Engine:
             if job is not None:
                 self._end(job, exc)
 
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

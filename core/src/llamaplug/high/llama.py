@@ -46,7 +46,7 @@ class Llama:
         self.backend = backend
         self._model = model
         self._context = context
-        self._engine = Engine(context)
+        self._engine = Engine(context, params.cache_ram_mib << 20)
         self._embed_lock = threading.Lock()  # the embedding contexts are not the engine's
         self._mtmd: Any = None  # an MtmdContext when LlamaParams.mmproj_path is set (plugin llamaplug-mtmd)
 

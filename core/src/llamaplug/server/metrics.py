@@ -44,6 +44,8 @@ class Metrics:
         gauges = (("slots", "slots (sequences decoded together)", self.engine.n_slots),
                   ("slots_busy", "slots running a request", stats.busy_slots),
                   ("queue_length", "requests waiting for a slot", stats.waiting),
+                  ("stored_sequences", "finished sequences whose KV is kept in host memory", stats.stored_sequences),
+                  ("stored_bytes", "bytes of that KV", stats.stored_bytes),
                   ("tokens_per_second", "generated tokens per second, recent", round(self.tokens_per_second(), 3)))
         for name, doc, value in gauges:
             lines += [f"# HELP llamaplug_{name} {doc}", f"# TYPE llamaplug_{name} gauge", f"llamaplug_{name} {value}"]
