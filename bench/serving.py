@@ -2,7 +2,7 @@
 """Serving benchmarks, as ratios measured in one run on this machine.
 
     .tox/py/bin/python bench/serving.py engine [--models smollm2,gemma] [--rounds 3]
-    .tox/py/bin/python bench/serving.py load [--clients 8,32] [--requests 200]
+    .tox/py/bin/python bench/serving.py load [--clients 8,32] [--requests 200] [--unique]
     .tox/py/bin/python bench/serving.py disconnects [--requests 1000]
 
 engine: `create_completions` of 16 prompts x 64 tokens against the same prompts one
@@ -15,7 +15,9 @@ load: the pinned llama-server, `llamaplug serve` and llama-cpp-python's server (
   driven by the same openai.AsyncOpenAI client: N concurrent clients, R streamed
   completions per run (greedy, 32 tokens). Throughput counts the tokens of the text
   received (tokenized by llamaplug, so the same measure for all three), time to
-  first token p50/p95, errors.
+  first token p50/p95, errors, and prompt tokens decoded vs reused (each server's
+  /metrics). The default prompts repeat (59 of them), which both servers' host-memory
+  prompt caches serve; --unique gives every request its own prompt.
 disconnects: R streamed requests to `llamaplug serve`, each dropped after a random
   number of events; afterwards /metrics must show every slot free, and the server's
   RSS is sampled (flat: the last sample within 5% of the one after warm-up).
@@ -135,7 +137,7 @@ def start(kind: str, model: Path, slots: int, per_slot: int) -> tuple[subprocess
     port = free_port()
     if kind == "native":
         cmd = [str(native_bin() / "llama-server"), "-m", str(model), "-t", str(THREADS), "-np", str(slots),
-               "-c", str(slots * per_slot), "--host", "127.0.0.1", "--port", str(port)]
+               "-c", str(slots * per_slot), "--host", "127.0.0.1", "--port", str(port), "--metrics"]
     elif kind == "llamaplug":
         cmd = [sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(model), "-t", str(THREADS), "--parallel",
                str(slots), "-c", str(slots * per_slot), "--port", str(port)]
@@ -172,8 +174,8 @@ def stop(proc: subprocess.Popen) -> None:
 PROMPTS = [f"Count from {i} to {i + 100}, separated by commas: {i}," for i in range(1, 60)]
 
 
-async def drive(port: int, clients: int, requests: int, max_tokens: int = 32, drop: bool = False
-                ) -> dict[str, Any]:
+async def drive(port: int, clients: int, requests: int, max_tokens: int = 32, drop: bool = False,
+                prompts: list[str] = PROMPTS) -> dict[str, Any]:
     import openai
 
     client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0,
@@ -194,7 +196,7 @@ async def drive(port: int, clients: int, requests: int, max_tokens: int = 32, dr
             first, parts = None, []
             cut = rng.randint(1, 12) if drop else None
             try:
-                stream = await client.completions.create(model=model, prompt=PROMPTS[i % len(PROMPTS)],
+                stream = await client.completions.create(model=model, prompt=prompts[i % len(prompts)],
                                                          max_tokens=max_tokens, temperature=0, stream=True)
                 async for chunk in stream:
                     if chunk.choices and chunk.choices[0].text:
@@ -248,16 +250,20 @@ def bench_load(args: argparse.Namespace) -> dict[str, Any]:
         row = {}
         for kind in kinds:
             proc, port = start(kind, model, clients, 256)
+            # --unique: no prompt comes twice, so no server reuses more than a shared start
+            prompts = [f"Count from {i} to {i + 100}, separated by commas: {i},"
+                       for i in range(1000, 1008 + args.requests)] if args.unique else PROMPTS
             try:
-                asyncio.run(drive(port, min(clients, 4), 8))  # warm-up
-                run = asyncio.run(drive(port, clients, args.requests))
+                asyncio.run(drive(port, min(clients, 4), 8, prompts=prompts[-8:]))  # warm-up
+                run = asyncio.run(drive(port, clients, args.requests, prompts=prompts))
+                reuse = prompt_reuse(kind, port)
             finally:
                 stop(proc)
             tokens = count_tokens(run["texts"], model)
             row[kind] = {"tokens_per_s": tokens / run["wall_s"], "ttft_p50_ms": pct(run["ttft"], 0.5) * 1e3,
                          "ttft_p95_ms": pct(run["ttft"], 0.95) * 1e3, "errors": len(run["errors"]),
                          "error_samples": run["errors"][:3], "requests": args.requests, "tokens": tokens,
-                         "wall_s": run["wall_s"]}
+                         "wall_s": run["wall_s"], **reuse}
             r = row[kind]
             print(f"{clients} clients, {kind:9}: {r['tokens_per_s']:.1f} tok/s, ttft p50 {r['ttft_p50_ms']:.0f} ms "
                   f"p95 {r['ttft_p95_ms']:.0f} ms, errors {r['errors']}", flush=True)
@@ -269,6 +275,20 @@ def bench_load(args: argparse.Namespace) -> dict[str, Any]:
               + (f", llamaplug/peer {row['ours_over_peer']:.2f} (target >= 3)" if "peer" in row else ""))
         results[f"clients={clients}"] = row
     return results
+
+
+def prompt_reuse(kind: str, port: int) -> dict[str, Any]:
+    """Prompt tokens decoded and reused from a cache, from the server's own /metrics (not the peer's)."""
+    names = {"native": ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
+             "llamaplug": ("llamaplug_prompt_tokens_total", "llamaplug_cached_tokens_total")}.get(kind)
+    if names is None:
+        return {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        values = dict(line.split(" ", 1) for line in r.read().decode().splitlines() if line and line[0] != "#")
+    total, cached = (float(values[n]) for n in names)
+    if kind == "llamaplug":
+        total -= cached  # ours counts every prompt token, llama-server the ones it decoded
+    return {"prompt_tokens_decoded": int(total), "prompt_tokens_reused": int(cached)}
 
 
 def rss_kib(pid: int) -> int:
@@ -316,6 +336,7 @@ def main() -> None:
     ld.add_argument("--model", default="smollm2")
     ld.add_argument("--clients", default="8,32")
     ld.add_argument("--requests", type=int, default=200)
+    ld.add_argument("--unique", action="store_true", help="no prompt twice in a run (the default repeats 59)")
     d = sub.add_parser("disconnects")
     d.add_argument("--model", default="smollm2")
     d.add_argument("--requests", type=int, default=1000)
