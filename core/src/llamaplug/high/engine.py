@@ -261,13 +261,16 @@ class Engine:
     def _place(self, job: Job, slot: _Slot) -> None:
         # The last prompt token is decoded again for its logits; a prompt with media is evaluated whole.
         keep = 0 if job.media is not None else min(common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
+        hit: tuple[tuple[int, ...], int] | None = None  # a stored sequence sharing more than the slot
+        if self._store is not None and job.media is None:
+            key, n = self._store.best(job.prompt)
+            n = min(n, len(job.prompt) - 1)
+            if n > keep:
+                hit = key, n
         with self._own():
-            if self._store is not None and job.media is None:
-                key, n = self._store.best(job.prompt)
-                if min(n, len(job.prompt) - 1) > keep:
-                    self._stash(slot, 0)
-                    keep = self._restore(slot, key, job.prompt)
-            self._stash(slot, keep)
+            self._stash(slot, 0 if hit else keep)
+            if hit:
+                keep = self._restore(slot, *hit)
             # Always cut (not only past the known tokens): after a failed decode or state load the
             # cache may hold cells this bookkeeping does not know of.
             if not self._ctx.kv_cache_seq_rm(slot.seq, keep, -1) or not self._window_kept(slot, keep):
@@ -296,8 +299,8 @@ class Engine:
             log.debug("could not keep sequence %d", slot.seq, exc_info=True)
         self._count_store()
 
-    def _restore(self, slot: _Slot, key: tuple[int, ...], prompt: list[int]) -> int:
-        """Load a stored sequence into the slot; how many of `prompt`'s tokens it gives (0 if it failed)."""
+    def _restore(self, slot: _Slot, key: tuple[int, ...], n: int) -> int:
+        """Load a stored sequence into the slot; the `n` prompt tokens it gives, 0 if it failed."""
         assert self._store is not None
         try:
             self._ctx.state_seq_set(self._store.get(key), slot.seq)
@@ -307,7 +310,7 @@ class Engine:
             slot.tokens.clear()
             return 0
         slot.tokens[:] = key
-        return min(common_prefix(key, prompt), len(prompt) - 1)
+        return n
 
     def _count_store(self) -> None:
         store = self._store
