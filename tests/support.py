@@ -20,6 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 THREADS = 2
+CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def run_isolated(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -83,3 +84,18 @@ def post_json(port: int, path: str, body: dict) -> dict:
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as resp:
         return json.loads(resp.read())
+
+
+def greedy(model, ctx, n: int) -> list[int]:
+    """n greedy tokens from the context's last logits, stopping at end of generation (as llama-mtmd-cli)."""
+    import llamaplug as lp
+
+    chain = lp.SamplerChain().greedy()
+    out: list[int] = []
+    for _ in range(n):
+        token = chain.sample(ctx, -1)
+        if model.token_is_eog(token):
+            break
+        out.append(token)
+        ctx.decode_single(token)
+    return out

@@ -22,7 +22,7 @@ from fixtures.tiny_mmproj import (
     write_tiny_audio_mmproj,
     write_tiny_mmproj,
 )
-from support import REPO
+from support import CHATML, REPO, THREADS, greedy
 
 pytest.importorskip("llamaplug_mtmd._cffi", reason="llamaplug-mtmd is not built here (pip install ./plugins/mtmd)")
 
@@ -30,10 +30,8 @@ from llamaplug_mtmd import DEFAULT_MARKER, MtmdBitmap, MtmdContext, MtmdParams  
 
 import llamaplug as lp  # noqa: E402
 
-THREADS = 2
 N_CTX = {"image": 256, "audio": 1024}  # an audio window is 750 tokens
 N_PREDICT = 16
-CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +86,7 @@ def llamaplug_text(files, media: list[str], prompt: str) -> str:
         chunks = mtmd.tokenize(CHATML.format(DEFAULT_MARKER * len(media) + prompt), bitmaps)
         n_past = chunks.eval(ctx, 0)
         assert n_past == chunks.n_pos
-        chain, tokens = lp.SamplerChain().greedy(), []
-        for _ in range(N_PREDICT):
-            token = chain.sample(ctx, -1)
-            if model.token_is_eog(token):
-                break
-            tokens.append(token)
-            ctx.decode_single(token)
-        return model.detokenize(tokens)
+        return model.detokenize(greedy(model, ctx, N_PREDICT))
 
 
 @pytest.mark.parametrize("media", [["a.png"], ["b.bmp", "c.png"], ["d.wav"]])

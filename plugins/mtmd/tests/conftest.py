@@ -13,7 +13,7 @@ if str(REPO / "tests") not in sys.path:
 
 pytest.importorskip("llamaplug_mtmd._cffi", reason="llamaplug-mtmd is not built here (pip install ./plugins/mtmd)")
 
-from _mtmd_support import THREADS  # noqa: E402
+from support import THREADS  # noqa: E402
 
 
 @pytest.fixture(scope="session")

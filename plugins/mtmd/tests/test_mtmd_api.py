@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _mtmd_support import CHATML, THREADS, greedy
 from fixtures.tiny_mmproj import N_IMAGE_TOKENS, png_bytes, sample_image, sample_tone
 from llamaplug_mtmd import (
     DEFAULT_MARKER,
@@ -21,6 +20,7 @@ from llamaplug_mtmd import (
     capabilities,
 )
 from llamaplug_mtmd._lib import ffi, lib
+from support import CHATML, THREADS, greedy
 
 import llamaplug as lp
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _mtmd_support import CHATML, THREADS, greedy
 from fixtures.tiny_mmproj import N_AUDIO_TOKENS, sample_image, sample_tone, wav_bytes
 from llamaplug_mtmd import (
     DEFAULT_MARKER,
@@ -16,6 +15,7 @@ from llamaplug_mtmd import (
     UnsupportedMediaError,
     capabilities,
 )
+from support import CHATML, THREADS, greedy
 
 import llamaplug as lp
 
