@@ -83,11 +83,7 @@ def distribution_of(plugin: str) -> str | None:
 
 def sampler_factories() -> dict[str, SamplerFactory]:
     """Every sampler registered through llamaplug_register_samplers, by name (the first registration wins)."""
-    found: dict[str, SamplerFactory] = {}
-    for plugin, item in collect_from("llamaplug_register_samplers"):
-        name, factory = item
-        found.setdefault(name, SamplerFactory(name, factory, plugin, distribution_of(plugin)))
-    return found
+    return _factories("llamaplug_register_samplers")
 
 
 TokenizerFactory = SamplerFactory  # the same record: a name, its `load` function and who registered it
@@ -95,10 +91,14 @@ TokenizerFactory = SamplerFactory  # the same record: a name, its `load` functio
 
 def tokenizer_factories() -> dict[str, TokenizerFactory]:
     """Every tokenizer registered through llamaplug_register_tokenizers, by name (the first registration wins)."""
-    found: dict[str, TokenizerFactory] = {}
-    for plugin, item in collect_from("llamaplug_register_tokenizers"):
+    return _factories("llamaplug_register_tokenizers")
+
+
+def _factories(hook_name: str) -> dict[str, SamplerFactory]:
+    found: dict[str, SamplerFactory] = {}
+    for plugin, item in collect_from(hook_name):
         name, factory = item
-        found.setdefault(name, TokenizerFactory(name, factory, plugin, distribution_of(plugin)))
+        found.setdefault(name, SamplerFactory(name, factory, plugin, distribution_of(plugin)))
     return found
 
 

@@ -49,13 +49,23 @@ def mtmd_files(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def tiny(mtmd_files):
     """(model, llama context, mtmd context) on the tiny pair."""
+    yield from _opened(mtmd_files, "mmproj", 256)
+
+
+@pytest.fixture(scope="module")
+def audio(mtmd_files):
+    """The same with the audio projector (an audio window is 750 tokens)."""
+    yield from _opened(mtmd_files, "mmproj_audio", 1024)
+
+
+def _opened(files: dict[str, Path], projector: str, n_ctx: int):
     from llamaplug_mtmd import MtmdContext, MtmdParams
 
     import llamaplug as lp
 
     lp.LlamaBackend.init()
-    model = lp.LlamaModel(mtmd_files["text"], lp.ModelParams())
-    ctx = lp.LlamaContext(model, lp.ContextParams(n_ctx=256, n_threads=THREADS))
-    mtmd = MtmdContext(mtmd_files["mmproj"], model, MtmdParams(n_threads=THREADS, warmup=False))
+    model = lp.LlamaModel(files["text"], lp.ModelParams())
+    ctx = lp.LlamaContext(model, lp.ContextParams(n_ctx=n_ctx, n_threads=THREADS))
+    mtmd = MtmdContext(files[projector], model, MtmdParams(n_threads=THREADS, warmup=False))
     yield model, ctx, mtmd
     model.close()

@@ -10,24 +10,10 @@ from llamaplug_mtmd import (
     ChunkType,
     MediaDecodeError,
     MtmdBitmap,
-    MtmdContext,
-    MtmdParams,
     UnsupportedMediaError,
     capabilities,
 )
-from support import CHATML, THREADS, greedy
-
-import llamaplug as lp
-
-
-@pytest.fixture(scope="module")
-def audio(mtmd_files):
-    lp.LlamaBackend.init()
-    model = lp.LlamaModel(mtmd_files["text"], lp.ModelParams())
-    ctx = lp.LlamaContext(model, lp.ContextParams(n_ctx=1024, n_threads=THREADS))
-    mtmd = MtmdContext(mtmd_files["mmproj_audio"], model, MtmdParams(n_threads=THREADS, warmup=False))
-    yield model, ctx, mtmd
-    model.close()
+from support import CHATML, greedy
 
 
 def test_audio_capabilities(audio, mtmd_files):
