@@ -101,6 +101,26 @@ def test_gemma3_equals_llama_cpp_on_the_corpus(gemma_path: Path, corpus: list[st
     assert not bad
 
 
+def test_wordpiece_hangul_and_its_tag_as_llama_cpp(llama_cpp_dir: Path) -> None:
+    """The WPM normalizer tags each syllable to drop its own vowel and final jamo: conjoining jamo
+    typed as such (NFD Korean, e.g. macOS file names), the tag character itself and marks around
+    syllables must still come out as llama.cpp's."""
+    import random
+
+    from llamaplug_tokenizer_hf.export import HANGUL_TAG
+
+    nfd_korean = "\u1112\u1161\u11ab\u1100\u1173\u11af \u1109\u1165\u110b\u116e\u11af"
+    lines = ["한국어 문장", nfd_korean, "가\u11a8 각\u1161 \u1100\u1161\u11a8", f"가{HANGUL_TAG}\u1161",
+             f"\u1100{HANGUL_TAG}\u1161\u11a8", f"{HANGUL_TAG}ab{HANGUL_TAG}", "가\u0301나\u0903다", "ㄱㅏ 힣힢"]
+    pool = ["가", "힣", "각", "\u1100", "\u1112", "\u1161", "\u1175", "\u11a8", "\u11c2", HANGUL_TAG, "\u0301",
+            "\u0903", "\u3131", "a", "Z", " ", ".", "é"]
+    rng = random.Random(15)
+    lines += ["".join(rng.choice(pool) for _ in range(rng.randint(1, 10))) for _ in range(3000)]
+    n, bad = compare(vocab(llama_cpp_dir, "bert-bge"), lines)
+    assert n > 3000
+    assert not bad, f"{len(bad)} of {len(lines)} lines differ:\n" + "\n".join(bad[:10])
+
+
 SPECIAL_LINES = ["<|im_start|>user\nHi<|im_end|>", "<s>[INST] x [/INST]</s>", "[CLS] a [SEP] b [MASK]",
                  "<start_of_turn>model\nok<end_of_turn>", "<|endoftext|> tail", "<unk><pad> <eos><bos>",
                  "plain text", ""]

@@ -81,7 +81,10 @@ class HFTokenizer:
     def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
         if not isinstance(text, str):
             raise InvalidParameterError(f"text must be str, got {type(text).__name__}", field="text")
-        return (self._special if special else self._plain).encode(text, add_special_tokens=add_bos).ids
+        # The batch call of one text: the same ids, without the character offsets encode() computes
+        # (a third of the time on 1 MB).
+        tok = self._special if special else self._plain
+        return tok.encode_batch_fast([text], add_special_tokens=add_bos)[0].ids
 
     def detokenize(self, tokens: Iterable[int], special: bool = False) -> str:
         return self._special.decode(self._checked(tokens), skip_special_tokens=not special)
