@@ -13,6 +13,8 @@ import llamaplug as lp
 def test_sigint_during_long_decode_is_prompt_and_context_survives(smollm2_path):
     r = run_isolated(f"""
 import os, signal, threading, time
+# A SIGINT ignored by the parent (a background job of a script) is ignored here too: take Python's own handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import llamaplug as lp
 llama = lp.Llama.load(lp.LlamaParams(model_path={str(smollm2_path)!r}, n_ctx=4096, n_threads=2))
 expected = llama.create_completion("The capital of France is", max_tokens=8).text
