@@ -7,7 +7,7 @@ The text is tests/fixtures/tokenizer_corpus.py's multilingual corpus (prose, lic
 languages of translations, code, emoji, rare scripts) repeated to the size asked for, as one
 string. llama.cpp: LlamaModel.tokenize on a vocab_only load (one llama_tokenize call; the cffi
 call and the list of ids are all that is Python). HF: HFTokenizer.tokenize of the tokenizer
-exported from the same GGUF (one `tokenizers` encode call, no special-token parsing), after
+exported from the same GGUF (one `tokenizers` encode_batch_fast call, no special-token parsing), after
 checking that both give the same ids. Both single-threaded; the best of `rounds` counts.
 The ratio is HF time / llama.cpp time: the target is at most 2. `hf_without_normalizer_s` is the
 same tokenizer with its normalizer taken out, on the text already normalized: what the

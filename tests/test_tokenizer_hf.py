@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from fixtures import tokenizer_corpus
 from llamaplug_tokenizer_hf import HFTokenizer
 from llamaplug_tokenizer_hf import _pre as pre_table
 from llamaplug_tokenizer_hf.attached import sample_ids
-from llamaplug_tokenizer_hf.export import export
+from llamaplug_tokenizer_hf.export import HANGUL_TAG, export
 from test_vocab_vectors import read_tests
 
 import llamaplug as lp
@@ -105,10 +106,6 @@ def test_wordpiece_hangul_and_its_tag_as_llama_cpp(llama_cpp_dir: Path) -> None:
     """The WPM normalizer tags each syllable to drop its own vowel and final jamo: conjoining jamo
     typed as such (NFD Korean, e.g. macOS file names), the tag character itself and marks around
     syllables must still come out as llama.cpp's."""
-    import random
-
-    from llamaplug_tokenizer_hf.export import HANGUL_TAG
-
     nfd_korean = "\u1112\u1161\u11ab\u1100\u1173\u11af \u1109\u1165\u110b\u116e\u11af"
     lines = ["한국어 문장", nfd_korean, "가\u11a8 각\u1161 \u1100\u1161\u11a8", f"가{HANGUL_TAG}\u1161",
              f"\u1100{HANGUL_TAG}\u1161\u11a8", f"{HANGUL_TAG}ab{HANGUL_TAG}", "가\u0301나\u0903다", "ㄱㅏ 힣힢"]

@@ -227,8 +227,9 @@ def _wpm(info: VocabInfo) -> Tokenizer:
     # that, except for Hangul syllables, whose vowel and final jamo are letters: a syllable must become its
     # leading consonant alone. A mark (HANGUL_TAG, itself dropped) put after each syllable before the NFD
     # tells the syllable's own vowel and final from conjoining jamo that were in the text: one regex pass
-    # instead of one per leading consonant (19), which made BERT vocabs 4x slower. Tags already in the text
-    # go first; llama.cpp drops them anyway, and dropping a starter mark early changes only other marks.
+    # instead of one per leading consonant (19 passes were 0.49 s of the 0.70 s normalizer on 1 MiB).
+    # Tags already in the text go first; llama.cpp drops them anyway, and dropping a starter mark early
+    # changes only other marks.
     steps: list[Any] = []
     if info.lowercase:
         steps += [normalizers.Replace(HANGUL_TAG, ""),
