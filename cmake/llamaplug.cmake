@@ -63,6 +63,12 @@ macro(llamaplug_backend_module option target package)
   llamaplug_llama_cpp_dir(LLAMA_CPP_DIR)
   set(GGML_CPU OFF CACHE BOOL "" FORCE)
   set(GGML_${option} ON CACHE BOOL "" FORCE)
+  # llama.cpp's own CMakeLists turns CUDA graphs on before it adds ggml; a plugin adds ggml directly, where the
+  # default is off, and a CUDA module without graphs launched every kernel of every token on its own
+  # (tg 0.45x native on an H100, docs/benchmarks.md).
+  if(NOT DEFINED GGML_CUDA_GRAPHS)
+    set(GGML_CUDA_GRAPHS ON CACHE BOOL "" FORCE)
+  endif()
   add_subdirectory("${LLAMA_CPP_DIR}/ggml" ggml EXCLUDE_FROM_ALL)
   llamaplug_unversion(ggml-base ${target})
   # ggml-base resolves to the core's copy: same pin, same soname, already loaded.
