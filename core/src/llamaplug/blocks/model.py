@@ -150,7 +150,8 @@ class LlamaModel(NativeHandle):
             buf = ffi.new("llama_token[]", n_max)
             n = lib.llama_tokenize(self._vocab_ptr, data, len(data), buf, n_max, add_bos, special)
         if n < 0:
-            raise InvalidParameterError(f"tokenization failed for {len(data)} bytes of text", field="text")
+            raise native_error(InvalidParameterError, f"tokenization failed for {len(data)} bytes of text",
+                               field="text")
         return ffi.unpack(buf, n)
 
     def detokenize(self, tokens: Any, special: bool = False) -> str:
@@ -173,7 +174,7 @@ class LlamaModel(NativeHandle):
             if n >= 0:
                 return ffi.unpack(buf, n)
             size = -n
-        raise InvalidParameterError("detokenization failed", field="tokens")
+        raise native_error(InvalidParameterError, "detokenization failed", field="tokens")
 
     @property
     def tokenizer(self) -> Any:
