@@ -135,3 +135,30 @@ def test_a_planted_cycle_is_found(graph):
     planted["llamaplug.blocks.backend"].add("llamaplug.blocks.context")
     with pytest.raises(AssertionError, match="import cycles"):
         test_no_import_cycles(planted)
+
+
+# Who may import the raw layer (llamaplug.raw) at run time: the building blocks, which wrap
+# every native call, and raw itself. The facade (llamaplug/__init__.py) may import it to publish
+# `llamaplug.raw` for seed 003's raw flow. Nothing else: high/, the server, the CLI, the bench and
+# the plugin machinery reach llama.cpp through methods of the blocks (LlamaModel, LlamaContext, ...).
+RAW = "llamaplug.raw"
+MAY_TOUCH_RAW = ("llamaplug.blocks", RAW)
+FACADE = "llamaplug"
+
+
+def raw_importers(graph: dict[str, set[str]]) -> list[str]:
+    """Modules outside MAY_TOUCH_RAW (and the facade) that import the raw layer, with what they import."""
+    return [f"{m} imports {t}" for m, targets in sorted(graph.items())
+            if m != FACADE and not any(m == p or m.startswith(p + ".") for p in MAY_TOUCH_RAW)
+            for t in sorted(targets) if t == RAW or t.startswith(RAW + ".")]
+
+
+def test_only_the_blocks_import_raw(graph):
+    bad = raw_importers(graph)
+    assert not bad, "only llamaplug.blocks may import llamaplug.raw:\n" + "\n".join(bad)
+
+
+def test_a_planted_raw_import_is_found(graph):
+    planted = {k: set(v) for k, v in graph.items()}
+    planted["llamaplug.high.completion"].add(RAW)
+    assert f"llamaplug.high.completion imports {RAW}" in raw_importers(planted)

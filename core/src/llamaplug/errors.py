@@ -2,8 +2,10 @@
 
 `raise_for_status` is the one place that turns llama.cpp return codes into
 exceptions, and `native_error` the one that turns a failed native call (a NULL,
-a false) and the log lines llama.cpp printed meanwhile into one; call sites
-pass what they were doing and where.
+a false, a refusing code) and the log lines llama.cpp printed meanwhile into one;
+`check_ptr` is native_error for a returned pointer. Call sites pass what they were
+doing and where, never their own mapping. Only the building blocks call them with
+native results: this module sits below the raw layer and imports nothing of it.
 """
 
 from __future__ import annotations
@@ -140,9 +142,29 @@ def native_reason(lines: Sequence[str], last: int = 3) -> str:
     return f"llama.cpp says: {'; '.join(kept)}" if kept else "llama.cpp gave no reason"
 
 
-def native_error(cls: type[E], message: str, lines: Sequence[str], hint: str = "", **attrs: Any) -> E:
-    """`cls` for a native call that failed: the message, llama.cpp's logged reason, then what to do."""
-    return cls(f"{message}: {native_reason(lines)}" + (f" ({hint})" if hint else ""), **attrs)
+def native_error(cls: type[E], message: str, lines: Sequence[str] | None = None, hint: str = "",
+                 **attrs: Any) -> E:
+    """`cls` for a native call that failed: the message, llama.cpp's logged reason, then what to do.
+
+    `lines` are what llama.cpp logged during the call (`_native_log.capture_errors`); None where
+    the call was not captured (a per-token call, or one that logs nothing): no reason is added.
+    """
+    reason = "" if lines is None else f": {native_reason(lines)}"
+    return cls(f"{message}{reason}" + (f" ({hint})" if hint else ""), **attrs)
+
+
+P = TypeVar("P")
+
+
+def check_ptr(ptr: P, cls: type[LlamaError], message: str, lines: Sequence[str] | None = None, hint: str = "",
+              **attrs: Any) -> P:
+    """`ptr` unless it is NULL; NULL raises `native_error(cls, message, lines, hint, **attrs)`.
+
+    A cffi pointer is false exactly when it is NULL, so this needs nothing of the raw layer.
+    """
+    if not ptr:
+        raise native_error(cls, message, lines, hint, **attrs)
+    return ptr
 
 
 def raise_for_status(op: str, rc: int, **where: Any) -> None:

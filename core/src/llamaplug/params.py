@@ -21,7 +21,9 @@ from .errors import InvalidParameterError
 # Limits of the pinned llama.cpp that its C code does not check (it crashes past them).
 INT32_MAX = 0x7FFFFFFF  # uint32 fields that llama.cpp reads as int32
 GGML_MAX_N_THREADS = 512  # ggml.h; llama_decode segfaults with more threads (n_threads=100000 does)
-LLAMA_MAX_SEQ = 256  # llama_max_parallel_sequences() (a test keeps the two equal)
+# llama_max_parallel_sequences(): the one bound on sequences (n_seq_max, LlamaBatch, the KV cells' bitset);
+# a constant so that params need not load the library, and a test keeps it equal to the library's.
+LLAMA_MAX_SEQ = 256
 
 
 class NumaStrategy(enum.IntEnum):
@@ -354,3 +356,13 @@ class SamplerParams(Params):
     grammar: str | None = None
     logit_bias: dict[int, float] = Field(default_factory=dict)
     seed: int = Field(0xFFFFFFFF, ge=0, le=0xFFFFFFFF)
+
+    def build_chain(self, model: Any) -> Any:
+        """Seed 004's spelling of SamplerChain.from_params(self, model): the chain for `model`'s vocabulary.
+
+        The model (a LlamaModel) builds it: the samplers are a higher layer than these params.
+        """
+        build = getattr(model, "sampler_chain", None)
+        if build is None:
+            raise InvalidParameterError(f"build_chain needs a LlamaModel, got {type(model).__name__}", field="model")
+        return build(self)

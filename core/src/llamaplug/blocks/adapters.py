@@ -5,6 +5,8 @@
     ctx.remove_lora(lora)
     ctx.apply_control_vector(ControlVector.load("happy.gguf"), 10, 20)
 
+The context's side (`ContextAdapters`, mixed into LlamaContext) keeps what is applied.
+
 An adapter made for another model (architecture, tensor shapes) is an InvalidModelError
 with llama.cpp's reason. Control vector files are GGUFs with one `direction.<layer>`
 tensor of n_embd floats per layer, as llama.cpp's cvector-generator writes them.
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidModelError, InvalidParameterError, ModelNotFoundError, native_error
+from ..errors import ClosedError, InvalidModelError, InvalidParameterError, ModelNotFoundError, check_ptr, native_error
 from ..raw import ffi, lib
 from . import _native_log
 from ._handle import NativeHandle
@@ -35,10 +37,10 @@ class LoraAdapter(NativeHandle):
         self.path = inspect_model(path).path  # a missing or non-GGUF file is named before llama.cpp sees it
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_adapter_lora_init(model._ptr, str(self.path).encode())
-        if ptr == ffi.NULL:
+        if not ptr:  # the message reads both files' architectures: only on failure
             theirs, ours = _architecture(self.path), model.metadata.get("general.architecture", "?")
-            raise native_error(InvalidModelError, f"llama.cpp cannot use {self.path} (architecture {theirs}) as a "
-                               f"LoRA adapter of {model.path.name} (architecture {ours})", errors)
+            check_ptr(ptr, InvalidModelError, f"llama.cpp cannot use {self.path} (architecture {theirs}) as a "
+                      f"LoRA adapter of {model.path.name} (architecture {ours})", errors)
         self._adopt(ptr, lib.llama_adapter_lora_free)
         model._dependents.add(self)
         self.model = model
@@ -86,8 +88,7 @@ class ControlVector:
         params = ffi.new("struct gguf_init_params *", {"no_alloc": False, "ctx": holder})
         with _native_log.capture_errors() as errors:
             gguf = lib.gguf_init_from_file(str(source).encode(), params[0])
-        if gguf == ffi.NULL:
-            raise native_error(InvalidModelError, f"cannot read control vector {source}", errors)
+        check_ptr(gguf, InvalidModelError, f"cannot read control vector {source}", errors)
         try:
             layers: dict[int, np.ndarray] = {}
             for i in range(lib.gguf_get_n_tensors(gguf)):
@@ -115,20 +116,81 @@ class ControlVector:
         return cls(data)
 
 
-class AdapterState:
-    """What a context has applied: LoRA adapters with their scales, and the control vector."""
+class ContextAdapters(NativeHandle):
+    """LlamaContext's adapter methods: the LoRA adapters applied with their scales, and the control vector.
 
-    def __init__(self) -> None:
-        self.loras: dict[LoraAdapter, float] = {}
+    Mixed into LlamaContext (seed 004 spells these `ctx.set_lora(...)`); every change moves
+    the context's `epoch`, since the KV cache it holds was computed without it.
+    """
 
-    def apply_loras(self, ctx_ptr: Any) -> None:
-        live = {a: s for a, s in self.loras.items() if not a.closed}
-        self.loras = live
+    model: LlamaModel
+    epoch: int
+    _loras: dict[LoraAdapter, float]  # set by the context; the order is the order applied
+    _cvec: np.ndarray | None = None  # llama.cpp copies the vector; kept for inspection
+
+    def set_lora(self, adapter: LoraAdapter, scale: float = 1.0) -> None:
+        """Apply `adapter` at `scale` (set again to change the scale; several adapters add up)."""
+        self.epoch += 1
+        if adapter.closed:
+            raise ClosedError("this LoRA adapter is closed")
+        if adapter.model is not self.model:
+            raise InvalidParameterError(f"{adapter.path.name} was loaded for {adapter.model.path.name}, not for "
+                                        f"this context's {self.model.path.name}", field="adapter")
+        self._loras[adapter] = check_scale(scale)
+        self._apply_loras()
+
+    def remove_lora(self, adapter: LoraAdapter) -> None:
+        self.epoch += 1
+        if self._loras.pop(adapter, None) is None:
+            raise InvalidParameterError("that LoRA adapter is not applied to this context", field="adapter")
+        self._apply_loras()
+
+    def clear_loras(self) -> None:
+        self.epoch += 1
+        self._loras.clear()
+        self._apply_loras()
+
+    @property
+    def loras(self) -> dict[LoraAdapter, float]:
+        return dict(self._loras)
+
+    def _apply_loras(self) -> None:
+        live = {a: s for a, s in self._loras.items() if not a.closed}
+        self._loras = live
         adapters = ffi.new("struct llama_adapter_lora *[]", [a._ptr for a in live]) if live else ffi.NULL
         scales = ffi.new("float[]", list(live.values())) if live else ffi.NULL
-        rc = lib.llama_set_adapters_lora(ctx_ptr, adapters, len(live), scales)
+        with _native_log.capture_errors() as errors:
+            rc = lib.llama_set_adapters_lora(self._ptr, adapters, len(live), scales)
         if rc != 0:
-            raise InvalidParameterError(f"llama.cpp refused the LoRA adapters (code {rc})", field="lora")
+            raise native_error(InvalidParameterError, f"llama.cpp refused the LoRA adapters (code {rc})", errors,
+                               field="lora")
+
+    def apply_control_vector(self, vector: ControlVector | Any | None, layer_start: int = 1,
+                             layer_end: int | None = None) -> None:
+        """Add `vector` (a ControlVector, or an (n_layers, n_embd) array from layer 1) to layers
+        layer_start..layer_end (inclusive; default: all it has); None removes it."""
+        self.epoch += 1
+        if vector is None:
+            lib.llama_set_adapter_cvec(self._ptr, ffi.NULL, 0, self.model.n_embd, 0, 0)
+            self._cvec = None
+            return
+        data = (vector if isinstance(vector, ControlVector) else ControlVector(vector)).data
+        n_layers, n_embd = data.shape
+        if n_embd != self.model.n_embd:
+            raise InvalidParameterError(f"the control vector has {n_embd} values a layer, {self.model.path.name} "
+                                        f"has n_embd={self.model.n_embd}", field="vector")
+        end = n_layers if layer_end is None else layer_end
+        if not 1 <= layer_start <= end <= min(n_layers, self.model.n_layer):
+            top = min(n_layers, self.model.n_layer)
+            raise InvalidParameterError(f"layers {layer_start}..{end} are outside 1..{top} (the vector's and the "
+                                        "model's layers)", field="layer_start")
+        with _native_log.capture_errors() as errors:
+            rc = lib.llama_set_adapter_cvec(self._ptr, ffi.from_buffer("float[]", data), data.size, n_embd,
+                                            layer_start, end)
+        if rc != 0:
+            raise native_error(InvalidParameterError, "llama.cpp refused the control vector", errors,
+                               field="vector")
+        self._cvec = data
 
 
 def check_scale(scale: Any) -> float:

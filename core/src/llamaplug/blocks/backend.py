@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import plugins, raw
 from .._version import GGML_VERSION, LLAMA_CPP_COMMIT
-from ..errors import BackendError, BackendMismatchError, InvalidParameterError, NoBackendError, native_error
+from ..errors import BackendError, BackendMismatchError, InvalidParameterError, NoBackendError, check_ptr
 from ..params import NumaStrategy, physical_cores
 from ..probes import BackendSpec, ProbeResult
 from ..raw import ffi, lib
@@ -143,23 +143,20 @@ class LlamaBackend:
         with self._lock:
             if endpoint in self._rpc_servers:
                 return
-            reg = lib.ggml_backend_reg_by_name(b"RPC")
-            if reg == ffi.NULL:
-                raise NoBackendError(f"RPC server {endpoint} needs the RPC backend: pip install llamaplug-backend-rpc")
+            reg = check_ptr(lib.ggml_backend_reg_by_name(b"RPC"), NoBackendError,
+                            f"RPC server {endpoint} needs the RPC backend: pip install llamaplug-backend-rpc")
             add = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
             add_server = ffi.cast("ggml_backend_reg_t (*)(const char *)", add)
             with _native_log.capture_errors() as errors:
                 server_reg = add_server(endpoint.encode())
-            if server_reg == ffi.NULL:
-                raise native_error(BackendError, f"could not reach RPC server {endpoint}", errors)
+            check_ptr(server_reg, BackendError, f"could not reach RPC server {endpoint}", errors)
             lib.ggml_backend_register(server_reg)
             self._rpc_servers.append(endpoint)
 
     def rpc_start_server(self, host: str, port: int, n_threads: int = 0) -> None:
         """Serve this process's local devices over RPC; blocks until the process ends."""
-        reg = lib.ggml_backend_reg_by_name(b"RPC")
-        if reg == ffi.NULL:
-            raise NoBackendError("the RPC server needs the RPC backend: pip install llamaplug-backend-rpc")
+        reg = check_ptr(lib.ggml_backend_reg_by_name(b"RPC"), NoBackendError,
+                        "the RPC server needs the RPC backend: pip install llamaplug-backend-rpc")
         start = ffi.cast("void (*)(const char *, const char *, size_t, size_t, ggml_backend_dev_t *)",
                          lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_start_server"))
         local = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
@@ -210,8 +207,7 @@ def _trusted_env_module() -> list[BackendStatus]:
         raise BackendError(f"GGML_BACKEND_PATH={path} must be the absolute path of a ggml backend module file")
     with _native_log.capture_errors() as errors:
         reg = lib.ggml_backend_load(str(module).encode())
-    if reg == ffi.NULL:
-        raise native_error(BackendError, f"ggml could not load GGML_BACKEND_PATH={path}", errors)
+    check_ptr(reg, BackendError, f"ggml could not load GGML_BACKEND_PATH={path}", errors)
     log.warning("loaded %s from GGML_BACKEND_PATH (%s=1)", path, TRUST_ENV)
     return [BackendStatus("GGML_BACKEND_PATH", path, 0, ok=True, loaded=True, reason=f"trusted by {TRUST_ENV}=1")]
 

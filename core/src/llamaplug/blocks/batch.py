@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParameterError
-from ..raw import ffi, lib
+from ..params import LLAMA_MAX_SEQ
+from ..raw import ffi
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -40,9 +41,8 @@ class LlamaBatch:
         if not 1 <= n_tokens <= INT32_MAX:
             raise InvalidParameterError(f"LlamaBatch n_tokens must be in 1..{INT32_MAX}, got {n_tokens}",
                                         field="n_tokens")
-        max_seq = int(lib.llama_max_parallel_sequences())
-        if not 1 <= n_seq_max <= max_seq:
-            raise InvalidParameterError(f"LlamaBatch n_seq_max must be in 1..{max_seq}, got {n_seq_max}",
+        if not 1 <= n_seq_max <= LLAMA_MAX_SEQ:
+            raise InvalidParameterError(f"LlamaBatch n_seq_max must be in 1..{LLAMA_MAX_SEQ}, got {n_seq_max}",
                                         field="n_seq_max")
         self.capacity = n_tokens
         self.n_seq_max = n_seq_max

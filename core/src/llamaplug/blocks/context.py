@@ -1,40 +1,41 @@
-"""LlamaContext: the KV cache and the forward pass of one model.
+"""LlamaContext: the forward pass of one model, and what it left (logits, embeddings).
 
 Logits and embeddings come back as numpy views over llama.cpp's own buffers
 (no copy); a view is valid until the next decode on this context. One
 context per thread: a context is not safe to share between threads.
+
+The context's other jobs live in modules of their own and are mixed in, so that
+seed 004's `ctx.kv_cache_seq_rm(...)`, `ctx.state_get()`, `ctx.set_lora(...)` keep
+their names without a forwarding layer: the KV cache (kv_cache.py), its saved state
+(state.py), the adapters applied (adapters.py).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import (
-    ClosedError,
     ContextOverflowError,
     ContextTooLargeError,
     InvalidParameterError,
-    StateError,
+    check_ptr,
     native_error,
     raise_for_status,
 )
-from ..params import ContextParams, SamplerParams
+from ..params import ContextParams, PoolingType, SamplerParams
 from ..plugins import pm
 from ..raw import ffi, lib
 from . import _callback_errors, _native_log
-from ._handle import NativeHandle
 from ._threadpool import ThreadPools
-from .adapters import AdapterState, ControlVector, LoraAdapter, check_scale
+from .adapters import ContextAdapters
 from .batch import LlamaBatch
 from .c_params import context_c_params
 from .memory import check_fits
 from .model import LlamaModel
 from .sampling import SamplerChain
-from .state import check_state_file, check_state_head
+from .state import ContextState
 
 
 def _interrupted() -> None:
@@ -51,7 +52,7 @@ def _run_pending_signal_handlers() -> None:
     return None
 
 
-class LlamaContext(NativeHandle):
+class LlamaContext(ContextState, ContextAdapters):
     """A context on `model`; closed automatically when the model is closed."""
 
     _what = "context"
@@ -63,12 +64,10 @@ class LlamaContext(NativeHandle):
         check_fits(params, model)
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_init_from_model(model._ptr, c)
-        if ptr == ffi.NULL:
-            raise native_error(
-                ContextTooLargeError,
-                f"could not create a context with n_ctx={params.n_ctx or model.n_ctx_train}, "
-                f"n_batch={params.n_batch}, n_seq_max={params.n_seq_max} for {model.path.name}", errors,
-                hint="lower n_ctx or n_batch")
+        check_ptr(ptr, ContextTooLargeError,
+                  f"could not create a context with n_ctx={model.n_ctx_for(params.n_ctx)}, "
+                  f"n_batch={params.n_batch}, n_seq_max={params.n_seq_max} for {model.path.name}", errors,
+                  hint="lower n_ctx or n_batch")
         self._pools = pools = ThreadPools(c.n_threads, c.n_threads_batch)
         pools.attach(ptr)
 
@@ -82,12 +81,9 @@ class LlamaContext(NativeHandle):
         self._mem = lib.llama_get_memory(ptr)
         self._recurrent = bool(lib.llama_model_is_recurrent(model._ptr) or lib.llama_model_is_hybrid(model._ptr))
         self.n_vocab = model.n_vocab
-        self._adapters = AdapterState()
-        self._cvec: np.ndarray | None = None
+        self._loras = {}
         self.n_past = 0
-        # Bumped by everything that changes the KV cache or how it is computed (decodes, cache
-        # edits, adapters, states): the engine's prefix cache trusts its slots only while it has not moved.
-        self.epoch = 0
+        self.epoch = 0  # see KvCache.epoch
         self._row_view: tuple[int, np.ndarray | None] = (0, None)
         self._one = LlamaBatch(1, 1)
         self._one.add(0, 0, (0,), True)
@@ -130,8 +126,9 @@ class LlamaContext(NativeHandle):
         return int(lib.llama_n_ubatch(self._ptr))
 
     @property
-    def n_seq_max(self) -> int:
-        return int(lib.llama_n_seq_max(self._ptr))
+    def pooling_type(self) -> PoolingType:
+        """How llama.cpp pools this context's embeddings (the model's own where ContextParams left it open)."""
+        return PoolingType(int(lib.llama_pooling_type(self._ptr)))
 
     def set_n_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
         # The same bounds as ContextParams' fields.
@@ -263,8 +260,8 @@ class LlamaContext(NativeHandle):
     def _logits_row(self, i: int) -> np.ndarray:
         """get_logits_ith for an index already checked."""
         ptr = lib.llama_get_logits_ith(self._ptr, i)
-        if ptr == ffi.NULL:
-            raise InvalidParameterError(f"llama.cpp has no logits for batch index {i}", field="i")
+        if ptr == ffi.NULL:  # tested here, not in check_ptr: this is the generation loop's path
+            raise native_error(InvalidParameterError, f"llama.cpp has no logits for batch index {i}", field="i")
         # Generation asks for the same row of the same buffer every token: keep its view.
         address = int(ffi.cast("uintptr_t", ptr))
         cached, view = self._row_view
@@ -277,223 +274,17 @@ class LlamaContext(NativeHandle):
         if not self.params.embeddings:
             raise InvalidParameterError("embeddings are off: create the context with embeddings=True",
                                         field="embeddings")
-        ptr = lib.llama_get_embeddings_ith(self._ptr, self.check_output_index(i))
-        if ptr == ffi.NULL:
-            raise InvalidParameterError(f"no embeddings for batch index {i}", field="i")
+        ptr = check_ptr(lib.llama_get_embeddings_ith(self._ptr, self.check_output_index(i)),
+                        InvalidParameterError, f"no embeddings for batch index {i}", field="i")
         return np.frombuffer(ffi.buffer(ptr, 4 * self.model.n_embd), dtype=np.float32)
 
     def get_embeddings_seq(self, seq_id: int) -> np.ndarray:
         self._check_seq(seq_id)
-        ptr = lib.llama_get_embeddings_seq(self._ptr, seq_id)
-        if ptr == ffi.NULL:
-            raise InvalidParameterError(f"no pooled embeddings for seq_id {seq_id} (pooling_type NONE?)",
-                                        field="seq_id")
+        ptr = check_ptr(lib.llama_get_embeddings_seq(self._ptr, seq_id), InvalidParameterError,
+                        f"no pooled embeddings for seq_id {seq_id} (pooling_type NONE?)", field="seq_id")
         # Rank pooling leaves n_cls_out scores per sequence, not a vector: reading n_embd would overrun it.
-        rank = int(lib.llama_pooling_type(self._ptr)) == lib.LLAMA_POOLING_TYPE_RANK
-        n = lib.llama_model_n_cls_out(self.model._ptr) if rank else lib.llama_model_n_embd_out(self.model._ptr)
-        return np.frombuffer(ffi.buffer(ptr, 4 * int(n)), dtype=np.float32)
-
-    # -- KV cache ------------------------------------------------------------
-    def _check_seq(self, seq_id: int, allow_all: bool = False) -> None:
-        if allow_all and seq_id == -1:
-            return
-        if not 0 <= seq_id < self.n_seq_max:
-            raise InvalidParameterError(
-                f"seq_id {seq_id} is outside 0..{self.n_seq_max - 1} (n_seq_max={self.n_seq_max})"
-                + (" or -1 for all" if allow_all else ""), field="seq_id")
-
-    @property
-    def _memory(self) -> Any:
-        self._ptr  # noqa: B018 - raises ClosedError once closed
-        return self._mem
-
-    def clear_cache(self) -> None:
-        """Empty the KV cache of every sequence."""
-        lib.llama_memory_clear(self._memory, True)
-        self.epoch += 1
-        self.n_past = 0
-        self._outputs = np.zeros(0, dtype=np.int8)
-
-    kv_cache_clear = clear_cache
-
-    def kv_cache_seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
-        self.epoch += 1
-        self._check_seq(seq_id, allow_all=True)
-        ok = bool(lib.llama_memory_seq_rm(self._memory, seq_id, p0, p1))
-        if ok and seq_id in (0, -1):  # sequence 0 is the one n_past tracks
-            self.n_past = int(lib.llama_memory_seq_pos_max(self._memory, 0)) + 1
-        return ok
-
-    def kv_cache_seq_cp(self, seq_id_src: int, seq_id_dst: int, p0: int = -1, p1: int = -1) -> None:
-        self.epoch += 1
-        self._check_seq(seq_id_src)
-        self._check_seq(seq_id_dst)
-        lib.llama_memory_seq_cp(self._memory, seq_id_src, seq_id_dst, p0, p1)
-
-    def kv_cache_seq_keep(self, seq_id: int) -> None:
-        self.epoch += 1
-        self._check_seq(seq_id)
-        lib.llama_memory_seq_keep(self._memory, seq_id)
-
-    def kv_cache_seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
-        """Add `delta` to the positions in [p0, p1) of `seq_id` (seed 004's kv_cache_seq_shift).
-
-        The sliding window: drop [keep, keep + n) with kv_cache_seq_rm, shift what follows
-        by -n; n_past then follows sequence 0's new end, so decoding goes on after it.
-        """
-        self._check_seq(seq_id)
-        if not lib.llama_memory_can_shift(self._memory):
-            raise InvalidParameterError("this model's memory cannot shift positions", field="delta")
-        lib.llama_memory_seq_add(self._memory, seq_id, p0, p1, delta)
-        self.epoch += 1
-        if seq_id == 0:
-            self.n_past = int(lib.llama_memory_seq_pos_max(self._memory, 0)) + 1
-
-    kv_cache_seq_shift = kv_cache_seq_add
-
-    def kv_cache_seq_pos_min(self, seq_id: int) -> int:
-        self._check_seq(seq_id)
-        return int(lib.llama_memory_seq_pos_min(self._memory, seq_id))
-
-    def kv_cache_seq_pos_max(self, seq_id: int) -> int:
-        self._check_seq(seq_id)
-        return int(lib.llama_memory_seq_pos_max(self._memory, seq_id))
-
-    # -- adapters ------------------------------------------------------------
-    def set_lora(self, adapter: LoraAdapter, scale: float = 1.0) -> None:
-        """Apply `adapter` at `scale` (set again to change the scale; several adapters add up)."""
-        self.epoch += 1
-        if adapter.closed:
-            raise ClosedError("this LoRA adapter is closed")
-        if adapter.model is not self.model:
-            raise InvalidParameterError(f"{adapter.path.name} was loaded for {adapter.model.path.name}, not for "
-                                        f"this context's {self.model.path.name}", field="adapter")
-        self._adapters.loras[adapter] = check_scale(scale)
-        self._adapters.apply_loras(self._ptr)
-
-    def remove_lora(self, adapter: LoraAdapter) -> None:
-        self.epoch += 1
-        if self._adapters.loras.pop(adapter, None) is None:
-            raise InvalidParameterError("that LoRA adapter is not applied to this context", field="adapter")
-        self._adapters.apply_loras(self._ptr)
-
-    def clear_loras(self) -> None:
-        self.epoch += 1
-        self._adapters.loras.clear()
-        self._adapters.apply_loras(self._ptr)
-
-    @property
-    def loras(self) -> dict[LoraAdapter, float]:
-        return dict(self._adapters.loras)
-
-    def apply_control_vector(self, vector: ControlVector | Any | None, layer_start: int = 1,
-                             layer_end: int | None = None) -> None:
-        """Add `vector` (a ControlVector, or an (n_layers, n_embd) array from layer 1) to layers
-        layer_start..layer_end (inclusive; default: all it has); None removes it."""
-        self.epoch += 1
-        if vector is None:
-            lib.llama_set_adapter_cvec(self._ptr, ffi.NULL, 0, self.model.n_embd, 0, 0)
-            self._cvec = None
-            return
-        data = (vector if isinstance(vector, ControlVector) else ControlVector(vector)).data
-        n_layers, n_embd = data.shape
-        if n_embd != self.model.n_embd:
-            raise InvalidParameterError(f"the control vector has {n_embd} values a layer, {self.model.path.name} "
-                                        f"has n_embd={self.model.n_embd}", field="vector")
-        end = n_layers if layer_end is None else layer_end
-        if not 1 <= layer_start <= end <= min(n_layers, self.model.n_layer):
-            top = min(n_layers, self.model.n_layer)
-            raise InvalidParameterError(f"layers {layer_start}..{end} are outside 1..{top} (the vector's and the "
-                                        "model's layers)", field="layer_start")
-        with _native_log.capture_errors() as errors:
-            rc = lib.llama_set_adapter_cvec(self._ptr, ffi.from_buffer("float[]", data), data.size, n_embd,
-                                            layer_start, end)
-        if rc != 0:
-            raise native_error(InvalidParameterError, "llama.cpp refused the control vector", errors,
-                               field="vector")
-        self._cvec = data  # llama.cpp copies it; kept for inspection
-
-    # -- state ---------------------------------------------------------------
-    def state_size(self) -> int:
-        return int(lib.llama_state_get_size(self._ptr))
-
-    def state_get(self) -> bytes:
-        """The context state (the KV cache) as bytes."""
-        size = self.state_size()
-        buf = ffi.new("uint8_t[]", size)
-        written = lib.llama_state_get_data(self._ptr, buf, size)
-        if written == 0:
-            raise StateError("llama.cpp could not serialise the context state")
-        return ffi.unpack(ffi.cast("char *", buf), written)
-
-    def state_set(self, data: bytes, n_past: int | None = None) -> None:
-        if not isinstance(data, (bytes, bytearray, memoryview)) or not len(data):
-            raise StateError("state must be non-empty bytes from state_get()")
-        check_state_head(bytes(memoryview(data)[:4]), len(data), "the state data")
-        with _native_log.capture_errors() as errors:
-            read = lib.llama_state_set_data(self._ptr, ffi.from_buffer("uint8_t[]", data), len(data))
-        if read == 0:
-            self._resync()  # llama.cpp may have cleared or half-written the cache before it gave up
-            raise native_error(StateError, f"llama.cpp rejected the state ({len(data)} bytes)", errors)
-        self.n_past = self.kv_cache_seq_pos_max(0) + 1 if n_past is None else n_past
-        self._outputs = np.zeros(0, dtype=np.int8)  # llama.cpp does not restore logits: decode first
-        self.epoch += 1
-
-    def state_seq_get(self, seq_id: int) -> bytes:
-        """One sequence's KV cells as bytes (for state_seq_set on a context of the same model and shape)."""
-        self._check_seq(seq_id)
-        size = int(lib.llama_state_seq_get_size(self._ptr, seq_id))
-        buf = ffi.new("uint8_t[]", size)
-        written = lib.llama_state_seq_get_data(self._ptr, buf, size, seq_id)
-        if written == 0:
-            raise StateError(f"llama.cpp could not serialise sequence {seq_id}")
-        return ffi.unpack(ffi.cast("char *", buf), written)
-
-    def state_seq_set(self, data: bytes, seq_id: int) -> None:
-        """Replace sequence `seq_id`'s cells by those of state_seq_get's bytes (logits: decode first)."""
-        self._check_seq(seq_id)
-        if not isinstance(data, (bytes, bytearray, memoryview)) or not len(data):
-            raise StateError("sequence state must be non-empty bytes from state_seq_get()")
-        self.epoch += 1
-        with _native_log.capture_errors() as errors:
-            read = lib.llama_state_seq_set_data(self._ptr, ffi.from_buffer("uint8_t[]", data), len(data), seq_id)
-        if seq_id == 0:
-            self.n_past = self.kv_cache_seq_pos_max(0) + 1
-        if read == 0:
-            raise native_error(StateError, f"llama.cpp rejected the state of sequence {seq_id} ({len(data)} bytes)",
-                               errors)
-
-    def _resync(self) -> None:
-        """n_past from what the cache holds now; no logits until the next decode."""
-        self.n_past = self.kv_cache_seq_pos_max(0) + 1
-        self._outputs = np.zeros(0, dtype=np.int8)
-        self.epoch += 1
-
-    def state_save_file(self, path: str | os.PathLike[str], tokens: Any = ()) -> Path:
-        target = Path(path)
-        arr = self.model.check_tokens(tokens)
-        c_tokens = ffi.from_buffer("llama_token[]", arr) if arr.size else ffi.NULL
-        if not lib.llama_state_save_file(self._ptr, str(target).encode(), c_tokens, arr.size):
-            raise StateError(f"could not save the context state to {target}")
-        return target
-
-    def state_load_file(self, path: str | os.PathLike[str]) -> list[int]:
-        """Restore a state saved by state_save_file; returns the tokens saved with it."""
-        source = Path(path)
-        if not source.is_file():
-            raise StateError(f"state file not found: {source}")
-        check_state_file(source)
-        capacity = self.n_ctx
-        tokens = ffi.new("llama_token[]", capacity)
-        n = ffi.new("size_t *")
-        with _native_log.capture_errors() as errors:
-            ok = lib.llama_state_load_file(self._ptr, str(source).encode(), tokens, capacity, n)
-        if not ok:
-            self._resync()
-            raise native_error(StateError, f"could not load state from {source}", errors)
-        self.n_past = int(n[0])
-        self.epoch += 1
-        return ffi.unpack(tokens, int(n[0]))
+        n = self.model.n_cls_out if self.pooling_type == PoolingType.RANK else self.model.n_embd_out
+        return np.frombuffer(ffi.buffer(ptr, 4 * n), dtype=np.float32)
 
     # -- perf ----------------------------------------------------------------
     def perf(self) -> dict[str, float]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ContextTooLargeError
-from ..params import ContextParams
+from ..params import LLAMA_MAX_SEQ, ContextParams
 from ..raw import ffi, lib
 from ._text import read_string
 
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from .model import LlamaModel
 
 # Host bytes llama.cpp value-initialises per KV cell before it allocates the cache
-# tensors (llama_kv_cells: pos, shift, ext{x, y, tok}, std::bitset<LLAMA_MAX_SEQ=256>).
-HOST_BYTES_PER_CELL = 4 + 4 + 12 + 256 // 8
+# tensors (llama_kv_cells: pos, shift, ext{x, y, tok}, std::bitset<LLAMA_MAX_SEQ>).
+HOST_BYTES_PER_CELL = 4 + 4 + 12 + LLAMA_MAX_SEQ // 8
 
 
 def memory_available() -> int:
@@ -78,7 +78,7 @@ def check_fits(p: ContextParams, model: LlamaModel) -> None:
     """
     if lib.llama_model_is_recurrent(model._ptr):
         return  # the recurrent state does not grow with n_ctx
-    n_ctx = p.n_ctx or model.n_ctx_train
+    n_ctx = model.n_ctx_for(p.n_ctx)
     per_cell = HOST_BYTES_PER_CELL + kv_bytes_per_cell(p, model)
     need = n_ctx * per_cell
     limit = memory_available()

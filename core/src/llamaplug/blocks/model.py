@@ -14,9 +14,10 @@ from ..errors import (
     InvalidParameterError,
     InvalidTokenError,
     LoadCancelledError,
+    check_ptr,
     native_error,
 )
-from ..params import ContextParams, ModelParams
+from ..params import ContextParams, ModelParams, SamplerParams
 from ..plugins import pm
 from ..raw import ffi, lib
 from . import _callback_errors, _native_log, fitting
@@ -26,7 +27,12 @@ from .backend import LlamaBackend
 from .c_params import model_c_params
 from .fitting import FitResult
 from .gguf_header import TENSOR_ALIGNMENT, inspect_model
+from .sampling import SamplerChain
 from .tokenizer import attach as attach_tokenizer
+
+# llama_vocab_<name> for each special token a vocabulary may have (llama.h).
+SPECIAL_TOKENS = ("bos", "eos", "eot", "sep", "nl", "pad", "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep",
+                  "fim_sep")
 
 
 class LlamaModel(NativeHandle):
@@ -73,11 +79,10 @@ class LlamaModel(NativeHandle):
             ptr = lib.llama_model_load_from_file(str(self.path).encode(), c_params)
         del keep_alive
         _callback_errors.raise_stored()  # the progress callback's own exception, if it raised
-        if ptr == ffi.NULL:
-            if progress is not None and progress.cancelled:
-                raise LoadCancelledError(f"loading {self.path} was cancelled by the progress callback "
-                                         f"at {progress.last:.0%}")
-            raise native_error(InvalidModelError, f"llama.cpp could not load {self.path}", errors)
+        if not ptr and progress is not None and progress.cancelled:
+            raise LoadCancelledError(f"loading {self.path} was cancelled by the progress callback "
+                                     f"at {progress.last:.0%}")
+        check_ptr(ptr, InvalidModelError, f"llama.cpp could not load {self.path}", errors)
         self._adopt(ptr, lib.llama_model_free)
         self._vocab = lib.llama_model_get_vocab(ptr)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
@@ -145,7 +150,8 @@ class LlamaModel(NativeHandle):
             buf = ffi.new("llama_token[]", n_max)
             n = lib.llama_tokenize(self._vocab_ptr, data, len(data), buf, n_max, add_bos, special)
         if n < 0:
-            raise InvalidParameterError(f"tokenization failed for {len(data)} bytes of text", field="text")
+            raise native_error(InvalidParameterError, f"tokenization failed for {len(data)} bytes of text",
+                               field="text")
         return ffi.unpack(buf, n)
 
     def detokenize(self, tokens: Any, special: bool = False) -> str:
@@ -168,7 +174,7 @@ class LlamaModel(NativeHandle):
             if n >= 0:
                 return ffi.unpack(buf, n)
             size = -n
-        raise InvalidParameterError("detokenization failed", field="tokens")
+        raise native_error(InvalidParameterError, "detokenization failed", field="tokens")
 
     @property
     def tokenizer(self) -> Any:
@@ -223,29 +229,45 @@ class LlamaModel(NativeHandle):
         self._ptr  # noqa: B018 - raises ClosedError once closed
         return self._vocab
 
-    def _special(self, fn: Any) -> int | None:
-        token = int(fn(self._vocab_ptr))
+    def special_token(self, name: str) -> int | None:
+        """The vocabulary's `name` token (one of SPECIAL_TOKENS: "bos", "sep", "fim_pre", ...), None if it has none."""
+        if name not in SPECIAL_TOKENS:
+            raise InvalidParameterError(f"no special token {name!r}; llama.cpp names {', '.join(SPECIAL_TOKENS)}",
+                                        field="name")
+        token = int(getattr(lib, f"llama_vocab_{name}")(self._vocab_ptr))
         return None if token == lib.LLAMA_TOKEN_NULL else token
 
     @property
     def bos(self) -> int | None:
-        return self._special(lib.llama_vocab_bos)
+        return self.special_token("bos")
 
     @property
     def eos(self) -> int | None:
-        return self._special(lib.llama_vocab_eos)
+        return self.special_token("eos")
 
     @property
     def eot(self) -> int | None:
-        return self._special(lib.llama_vocab_eot)
+        return self.special_token("eot")
+
+    @property
+    def sep(self) -> int | None:
+        return self.special_token("sep")
 
     @property
     def nl(self) -> int | None:
-        return self._special(lib.llama_vocab_nl)
+        return self.special_token("nl")
 
     @property
     def add_bos(self) -> bool:
         return bool(lib.llama_vocab_get_add_bos(self._vocab_ptr))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(lib.llama_vocab_get_add_eos(self._vocab_ptr))
+
+    @property
+    def add_sep(self) -> bool:
+        return bool(lib.llama_vocab_get_add_sep(self._vocab_ptr))
 
     @property
     def vocab_type(self) -> int:
@@ -256,9 +278,34 @@ class LlamaModel(NativeHandle):
     def n_ctx_train(self) -> int:
         return int(lib.llama_model_n_ctx_train(self._ptr))
 
+    def n_ctx_for(self, n_ctx: int) -> int:
+        """The window a context made with `n_ctx` asks for: n_ctx, or for 0 the training context (llama.cpp's rule).
+
+        The one place that reads ContextParams.n_ctx=0; a fit (n_gpu_layers="auto") may pick a smaller one first.
+        """
+        return n_ctx or self.n_ctx_train
+
     @property
     def n_embd(self) -> int:
         return int(lib.llama_model_n_embd(self._ptr))
+
+    @property
+    def n_embd_out(self) -> int:
+        """Values of one output embedding (n_embd for most models)."""
+        return int(lib.llama_model_n_embd_out(self._ptr))
+
+    @property
+    def n_cls_out(self) -> int:
+        """Scores a classifier head gives per sequence (rank pooling: a reranker's relevance first)."""
+        return int(lib.llama_model_n_cls_out(self._ptr))
+
+    @property
+    def has_encoder(self) -> bool:
+        return bool(lib.llama_model_has_encoder(self._ptr))
+
+    @property
+    def has_decoder(self) -> bool:
+        return bool(lib.llama_model_has_decoder(self._ptr))
 
     @property
     def n_swa(self) -> int:
@@ -288,8 +335,17 @@ class LlamaModel(NativeHandle):
 
     @property
     def chat_template(self) -> str | None:
-        ptr = lib.llama_model_chat_template(self._ptr, ffi.NULL)
+        """The GGUF's chat template (tokenizer.chat_template), None where it has none."""
+        return self.named_chat_template(None)
+
+    def named_chat_template(self, name: str | None) -> str | None:
+        """The GGUF's template `name` (tokenizer.chat_template.<name>, e.g. "rerank"), None where it has none."""
+        ptr = lib.llama_model_chat_template(self._ptr, ffi.NULL if name is None else encode_text(name, "name"))
         return None if ptr == ffi.NULL else ffi.string(ptr).decode("utf-8", "replace")
+
+    def sampler_chain(self, params: SamplerParams) -> SamplerChain:
+        """llama.cpp's common sampler chain for `params`, built for this vocabulary (SamplerParams.build_chain)."""
+        return SamplerChain.from_params(params, self)
 
     @property
     def metadata(self) -> dict[str, str]:

@@ -24,13 +24,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import plugins
-from ..errors import ClosedError, InvalidParameterError, InvalidTokenError, SamplingError
+from ..errors import ClosedError, InvalidParameterError, InvalidTokenError, SamplingError, check_ptr
 from ..params import SamplerParams
 from ..raw import ffi, lib
 from . import _callback_errors, py_sampler
 from ._handle import NativeHandle
 from ._text import encode_text
 from .grammar import Grammar
+from .sampling_params import add_common_samplers
 
 if TYPE_CHECKING:
     from .context import LlamaContext
@@ -58,8 +59,7 @@ class LlamaSampler(NativeHandle):
     _what = "sampler"
 
     def __init__(self, ptr: Any, name: str):
-        if ptr == ffi.NULL:
-            raise InvalidParameterError(f"llama.cpp refused to create sampler {name}", field=name)
+        check_ptr(ptr, InvalidParameterError, f"llama.cpp refused to create sampler {name}", field=name)
         self._adopt(ptr, lib.llama_sampler_free)
         self.name = name
 
@@ -195,8 +195,7 @@ class LlamaSampler(NativeHandle):
 
 
 def _raw_n_vocab(raw_ctx: Any) -> int:
-    if raw_ctx == ffi.NULL:
-        raise InvalidParameterError("the raw context handle is NULL", field="ctx")
+    check_ptr(raw_ctx, InvalidParameterError, "the raw context handle is NULL", field="ctx")
     return int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(lib.llama_get_model(raw_ctx))))
 
 
@@ -423,8 +422,10 @@ class SamplerChain(LlamaSampler):
         return twin
 
     @classmethod
-    def from_params(cls, params: SamplerParams) -> SamplerChain:
-        return chain_from_params(params)
+    def from_params(cls, params: SamplerParams, model: LlamaModel | None = None) -> SamplerChain:
+        """The chain llama.cpp's common sampler builds for `params` (sampling_params.py has the order);
+        with `model`, built for its vocabulary (SamplerParams.build_chain(model))."""
+        return add_common_samplers(cls(seed=params.seed, model=model), params)
 
     def build(self) -> SamplerChain:
         """The chain itself (kept for the seeds' builder spelling)."""
@@ -564,9 +565,8 @@ def _native(made: Any) -> Any:
     """A native sampler from a part's result, NULL-checked (a LlamaSampler gives its pointer away)."""
     if isinstance(made, LlamaSampler):
         return made._give_away()
-    if made == ffi.NULL:
-        raise InvalidParameterError("llama.cpp refused to create a sampler with these settings", field="sampler")
-    return made
+    return check_ptr(made, InvalidParameterError, "llama.cpp refused to create a sampler with these settings",
+                     field="sampler")
 
 
 def _check_seed(seed: int | None) -> None:
@@ -592,54 +592,3 @@ def _plugin_sampler(name: str, options: dict[str, Any]) -> LlamaSampler | Any:
                                     "LlamaSampler nor an object with apply(candidates)", field="sampler")
     sampler = LlamaSampler.from_python(made, name)
     return sampler
-
-
-def chain_from_params(params: SamplerParams, model: LlamaModel | None = None) -> SamplerChain:
-    """The chain llama.cpp's common sampler builds for these settings (common/sampling.cpp of the pin).
-
-    grammar, logit bias, then `params.samplers` in order (mirostat replaces them), then
-    dist (or adaptive_p when listed); temperature <= 0 ends in greedy instead.
-    """
-    chain = SamplerChain(seed=params.seed, model=model)
-    if params.grammar:
-        chain.grammar(params.grammar)
-    if params.logit_bias:
-        chain.logit_bias(params.logit_bias)
-    if params.mirostat:
-        chain.temp(params.temperature)
-        if params.mirostat == 1:
-            return chain.mirostat(params.mirostat_tau, params.mirostat_eta, 100)
-        return chain.mirostat_v2(params.mirostat_tau, params.mirostat_eta)
-    greedy = params.temperature <= 0
-    steps = {
-        "penalties": lambda: chain.penalties(params.penalty_last_n, params.penalty_repeat, params.penalty_freq,
-                                             params.penalty_present),
-        "dry": lambda: chain.dry(params.dry_multiplier, params.dry_base, params.dry_allowed_length,
-                                 params.dry_penalty_last_n, params.dry_sequence_breakers),
-        "top_n_sigma": lambda: chain.top_n_sigma(params.top_n_sigma),
-        "top_k": lambda: chain.top_k(params.top_k),
-        "typical_p": lambda: chain.typical(params.typical_p, params.min_keep),
-        "top_p": lambda: chain.top_p(params.top_p, params.min_keep),
-        "min_p": lambda: chain.min_p(params.min_p, params.min_keep),
-        "xtc": lambda: chain.xtc(params.xtc_probability, params.xtc_threshold, params.min_keep),
-        "temperature": lambda: chain.temp_ext(params.temperature, params.dynatemp_range, params.dynatemp_exponent),
-        "infill": lambda: chain.infill(),
-    }
-    for name in params.samplers:
-        if name == "adaptive_p" or (greedy and name == "temperature"):
-            continue  # llama.cpp's temperature 0 keeps the most likely token: greedy below
-        steps[name]()
-    if greedy:
-        return chain.greedy()
-    if "adaptive_p" in params.samplers:
-        return chain.adaptive_p(params.adaptive_target, params.adaptive_decay)
-    return chain.dist()
-
-
-def build_chain(params: SamplerParams, model: LlamaModel) -> SamplerChain:
-    """Seed 004's SamplerParams.build_chain(model): the chain, built for the model's vocabulary."""
-    return chain_from_params(params, model)
-
-
-# Seed 004 spells it as a method of the params; params.py (a lower layer) cannot import the samplers.
-SamplerParams.build_chain = build_chain  # type: ignore[attr-defined]

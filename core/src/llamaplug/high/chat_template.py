@@ -18,17 +18,9 @@ import functools
 import json
 from typing import Any
 
+from ..blocks.chat_builtin import apply_builtin, builtin_names
 from ..blocks.model import LlamaModel
 from ..errors import ChatTemplateError, InvalidParameterError
-from ..raw import ffi, lib
-
-
-def builtin_names() -> list[str]:
-    """The template names llama.cpp's llama_chat_apply_template knows."""
-    n = lib.llama_chat_builtin_templates(ffi.NULL, 0)
-    names = ffi.new("const char *[]", n)
-    lib.llama_chat_builtin_templates(names, n)
-    return [ffi.string(names[i]).decode() for i in range(n)]
 
 
 def _raise_exception(message: str) -> None:
@@ -95,7 +87,7 @@ class ChatTemplate:
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                tools: list[dict[str, Any]] | None = None, **extra: Any) -> str:
         if self._compiled is None:
-            return self._render_builtin(messages, add_generation_prompt)
+            return apply_builtin(self.name, messages, add_generation_prompt)
         import jinja2
 
         try:
@@ -105,29 +97,6 @@ class ChatTemplate:
             raise
         except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError) as exc:
             raise ChatTemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
-
-    def _render_builtin(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
-        keep = []
-        c_msgs = ffi.new("struct llama_chat_message[]", len(messages))
-        for i, m in enumerate(messages):
-            content = m.get("content")
-            if not isinstance(content, str):
-                raise InvalidParameterError(f"messages[{i}].content: the built-in template {self.name!r} takes "
-                                            "text only", field=f"messages[{i}].content")
-            role, text = ffi.new("char[]", m["role"].encode()), ffi.new("char[]", content.encode())
-            keep += [role, text]
-            c_msgs[i].role, c_msgs[i].content = role, text
-        size = 2 * sum(len(m["content"]) + len(m["role"]) for m in messages) + 256
-        name = self.name.encode() if self.name else ffi.NULL
-        for _ in range(2):
-            buf = ffi.new("char[]", size)
-            n = lib.llama_chat_apply_template(name, c_msgs, len(messages), add_generation_prompt, buf, size)
-            if n < 0:
-                raise ChatTemplateError(f"llama.cpp cannot apply the chat template {self.name!r}")
-            if n < size:
-                return ffi.unpack(buf, n).decode("utf-8", "replace")
-            size = n + 1
-        raise ChatTemplateError("llama.cpp's chat template output kept growing")
 
     def __repr__(self) -> str:
         return f"<ChatTemplate {'jinja' if self.source else self.name}>"

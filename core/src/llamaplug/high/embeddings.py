@@ -13,9 +13,9 @@ import numpy as np
 
 from ..blocks.batch import LlamaBatch
 from ..blocks.context import LlamaContext
+from ..blocks.model import LlamaModel
 from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import PoolingType
-from ..raw import ffi, lib
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -39,7 +39,7 @@ def context_for(llama: Llama, pooling: PoolingType) -> LlamaContext:
     cache: dict[PoolingType, LlamaContext] = llama.__dict__.setdefault("_embed_contexts", {})
     ctx = cache.get(pooling)
     if ctx is None or ctx.closed:
-        n_ctx = min(llama.model.n_ctx_train or EMBED_CTX, EMBED_CTX)
+        n_ctx = min(llama.model.n_ctx_for(0) or EMBED_CTX, EMBED_CTX)  # the training context, at most EMBED_CTX
         # Non-causal models need a whole sequence in one ubatch: n_batch = n_ubatch = n_ctx.
         params = llama.params.context_params().replace(
             n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_seq_max=N_SEQ_MAX, kv_unified=True, embeddings=True,
@@ -53,7 +53,7 @@ def embed(llama: Llama, texts: Any, normalize: bool = True, pooling: Any = None,
     if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not texts:
         raise InvalidParameterError("texts must be a non-empty list of strings", field="texts")
     ctx = context_for(llama, pooling_of(pooling))
-    kind = PoolingType(int(lib.llama_pooling_type(ctx._ptr)))
+    kind = ctx.pooling_type
     if kind == PoolingType.RANK:
         raise InvalidParameterError("this model pools by rank (a reranker): use rerank, not embed", field="pooling")
     tokenized = []
@@ -62,7 +62,7 @@ def embed(llama: Llama, texts: Any, normalize: bool = True, pooling: Any = None,
             raise InvalidParameterError(f"texts[{i}] must be a string, got {type(text).__name__}",
                                         field=f"texts[{i}]")
         tokenized.append(_fit(llama.model.tokenize(text, True, False), ctx.n_batch, f"texts[{i}]", truncate))
-    out = _run(llama, ctx, tokenized, kind, int(lib.llama_model_n_embd_out(llama.model._ptr)))
+    out = _run(llama, ctx, tokenized, kind, llama.model.n_embd_out)
     if normalize:
         out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
     return out if kind == PoolingType.NONE else np.stack(out).astype(np.float32)
@@ -75,7 +75,7 @@ def rerank(llama: Llama, query: str, documents: Any, truncate: bool = False) -> 
     if isinstance(documents, str) or not isinstance(documents, (list, tuple)) or not documents:
         raise InvalidParameterError("documents must be a non-empty list of strings", field="documents")
     ctx = context_for(llama, PoolingType.UNSPECIFIED)
-    kind = PoolingType(int(lib.llama_pooling_type(ctx._ptr)))
+    kind = ctx.pooling_type
     if kind != PoolingType.RANK:
         raise InvalidParameterError(f"{llama.model.path.name} pools by {kind.name.lower()}, not by rank: it is not a "
                                     "reranker", field="model")
@@ -84,26 +84,26 @@ def rerank(llama: Llama, query: str, documents: Any, truncate: bool = False) -> 
         if not isinstance(doc, str):
             raise InvalidParameterError(f"documents[{i}] must be a string", field=f"documents[{i}]")
         tokenized.append(_fit(rerank_tokens(llama.model, query, doc), ctx.n_batch, f"documents[{i}]", truncate))
-    n_out = int(lib.llama_model_n_cls_out(llama.model._ptr))
+    n_out = llama.model.n_cls_out
     # The first output is the relevance, as llama.cpp's server reads it (p("yes") for Qwen3-Reranker's two).
     return np.stack(_run(llama, ctx, tokenized, kind, n_out))[:, 0].astype(np.float32)
 
 
-def rerank_tokens(model: Any, query: str, doc: str) -> list[int]:
+def rerank_tokens(model: LlamaModel, query: str, doc: str) -> list[int]:
     """The model's rerank prompt (its "rerank" template, else [BOS] query [EOS] [SEP] doc [EOS]), as llama.cpp."""
-    template = lib.llama_model_chat_template(model._ptr, b"rerank")
-    if template != ffi.NULL:
-        prompt = ffi.string(template).decode().replace("{query}", query).replace("{document}", doc)
+    template = model.named_chat_template("rerank")
+    if template is not None:
+        prompt = template.replace("{query}", query).replace("{document}", doc)
         return model.tokenize(prompt, False, True)
-    vocab = model._vocab_ptr
-    eos = int(lib.llama_vocab_eos(vocab))
-    if eos == lib.LLAMA_TOKEN_NULL:
-        eos = int(lib.llama_vocab_sep(vocab))
-    add_eos, add_sep = bool(lib.llama_vocab_get_add_eos(vocab)), bool(lib.llama_vocab_get_add_sep(vocab))
+    eos = model.eos
+    if eos is None:
+        eos = model.sep
+    add_eos, add_sep = model.add_eos, model.add_sep
+    end = [eos] if add_eos else []
     tokens = [model.bos] if model.add_bos and model.bos is not None else []
-    tokens += model.tokenize(query, False) + ([eos] if add_eos else [])
-    tokens += [int(lib.llama_vocab_sep(vocab))] if add_sep else []
-    return tokens + model.tokenize(doc, False) + ([eos] if add_eos else [])
+    tokens += model.tokenize(query, False) + end
+    tokens += [model.sep] if add_sep else []
+    return tokens + model.tokenize(doc, False) + end
 
 
 def _fit(tokens: list[int], limit: int, what: str, truncate: bool) -> list[int]:
@@ -148,5 +148,5 @@ def _run(llama: Llama, ctx: LlamaContext, tokenized: list[list[int]], kind: Pool
     return [p for p in pooled if p is not None]
 
 
-def _encoder_only(model: Any) -> bool:
-    return bool(lib.llama_model_has_encoder(model._ptr)) and not bool(lib.llama_model_has_decoder(model._ptr))
+def _encoder_only(model: LlamaModel) -> bool:
+    return model.has_encoder and not model.has_decoder

@@ -12,26 +12,20 @@ from typing import Any
 
 from ..blocks.model import LlamaModel
 from ..errors import InvalidModelError, InvalidParameterError
-from ..raw import lib
 
 # Between extra chunks where the vocabulary has no FIM_SEP: "\n\n--- snippet ---\n\n", as llama.cpp's server.
 CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"
 
 
-def _token(model: LlamaModel, name: str) -> int | None:
-    token = int(getattr(lib, f"llama_vocab_{name}")(model._vocab_ptr))
-    return None if token == lib.LLAMA_TOKEN_NULL else token
-
-
 def infill_tokens(model: LlamaModel, prefix: str, suffix: str, extra: list[dict[str, str]] | None = None,
                   spm: bool = False, project: str = "myproject") -> list[int]:
-    pre, suf, mid = (_token(model, n) for n in ("fim_pre", "fim_suf", "fim_mid"))
+    pre, suf, mid = (model.special_token(n) for n in ("fim_pre", "fim_suf", "fim_mid"))
     missing = [n for n, t in (("FIM prefix", pre), ("FIM suffix", suf), ("FIM middle", mid)) if t is None]
     if missing:
         raise InvalidModelError(f"{model.path.name} has no {', '.join(missing)} token: it was not trained for "
                                 "fill-in-the-middle (tokenizer.ggml.fim_*_token_id)")
     assert pre is not None and suf is not None and mid is not None
-    rep, sep = _token(model, "fim_rep"), _token(model, "fim_sep")
+    rep, sep = model.special_token("fim_rep"), model.special_token("fim_sep")
     head: list[int] = []
     if rep is not None:
         head += [rep, *model.tokenize(f"{project}\n", False)]
