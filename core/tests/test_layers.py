@@ -22,6 +22,7 @@ LAYERS = [
     ("llamaplug.params", 1), ("llamaplug.raw", 1),
     ("llamaplug.hookspecs", 2), ("llamaplug.plugins", 2), ("llamaplug.probes", 2), ("llamaplug.catalog", 2),
     ("llamaplug.blocks", 3),
+    ("llamaplug.plugin_api", 3),  # the blocks' seams published for plugins (and the protocols high/ types against)
     ("llamaplug.high", 4),
     ("llamaplug.cli", 5), ("llamaplug.bench", 5), ("llamaplug", 5),
 ]
