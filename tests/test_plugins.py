@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 import llamaplug as lp
+from llamaplug import plugins
 
 
 def child(code: str, env: dict[str, str] | None = None, path: str | None = None) -> subprocess.CompletedProcess:
@@ -260,3 +261,185 @@ def test_a_sampler_plugin_is_called_by_name(llama):
             lp.SamplerChain().add("missing")
     finally:
         plugins.pm.unregister(name="fake-samplers")
+
+
+# -- the media and CLI hooks, with fake plugins ---------------------------------------------------------------------
+
+
+class FakePlugins:
+    """Fake plugins for one test: `add(obj, name)` registers one, `hide(hook)` takes out the installed ones that
+    implement `hook` (so that the core is seen without them); the fixture puts everything back."""
+
+    def __init__(self):
+        self.added: list[str] = []
+        self.hidden: list[tuple[str, object]] = []
+
+    def add(self, plugin: object, name: str) -> None:
+        plugins.pm.register(plugin, name=name)
+        self.added.append(name)
+
+    def hide(self, hook_name: str) -> None:
+        for impl in getattr(plugins.pm.hook, hook_name).get_hookimpls():
+            self.hidden.append((impl.plugin_name, plugins.pm.unregister(name=impl.plugin_name)))
+
+
+@pytest.fixture
+def fake_plugins():
+    plugins.load_plugins()
+    fakes = FakePlugins()
+    yield fakes
+    for name in reversed(fakes.added):
+        plugins.pm.unregister(name=name)
+    for name, plugin in fakes.hidden:
+        plugins.pm.register(plugin, name=name)
+
+
+class FakePrompt:
+    """A MediaPrompt that is only the text's tokens (the fake projector drops its images)."""
+
+    def __init__(self, tokens: list[int]):
+        self.tokens = tokens
+        self.evaluated: list[tuple[int, int]] = []
+
+    @property
+    def n_pos(self) -> int:
+        return len(self.tokens)
+
+    def eval(self, llama_context, n_past, seq_id, n_batch, logits_last):
+        batch = lp.LlamaBatch(len(self.tokens))
+        batch.add_sequence(self.tokens, seq_id, False, n_past)
+        llama_context.decode(batch)
+        self.evaluated.append((n_past, seq_id))
+        return n_past + len(self.tokens)
+
+
+class FakeProjector:
+    def __init__(self, model):
+        self.model = model
+        self.prompts: list[FakePrompt] = []
+
+    def has_media(self, messages):
+        return any(isinstance(m.get("content"), list) for m in messages)
+
+    def chat_prompt(self, messages, render):
+        flat = [{**m, "content": "\n".join(p["text"] for p in m["content"] if p["type"] == "text")}
+                if isinstance(m["content"], list) else m for m in messages]
+        prompt, extra = render(flat)
+        self.prompts.append(FakePrompt(self.model.tokenize(prompt, self.model.add_bos, special=True)))
+        return self.prompts[-1], extra
+
+
+class FakeMedia:
+    """Takes *.fake projector files; *.bad ones it cannot read."""
+
+    opened: list[FakeProjector] = []
+
+    @lp.hookimpl
+    def llamaplug_open_projector(path, model, params):
+        if path.suffix != ".fake":
+            return None
+        FakeMedia.opened.append(FakeProjector(model))
+        return FakeMedia.opened[-1]
+
+    @lp.hookimpl
+    def llamaplug_describe_projector(path):
+        if path.suffix == ".bad":
+            raise lp.InvalidModelError(f"{path} is not a fake projector")
+        return "fake: yes" if path.suffix == ".fake" else None
+
+
+IMAGE_TURN = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file:///a.png"}},
+                                           {"type": "text", "text": "The capital of France is"}]}]
+TEXT_TURN = [{"role": "user", "content": "The capital of France is"}]
+
+
+def test_a_projector_plugin_makes_the_chat_prompt_of_media_messages(fake_plugins, smollm2_path, tmp_path):
+    from support import THREADS
+
+    from llamaplug.plugin_api import MediaPrompt, Projector
+
+    fake_plugins.add(FakeMedia, "fake-media")
+    FakeMedia.opened.clear()
+    params = lp.LlamaParams(model_path=smollm2_path, mmproj_path=tmp_path / "p.fake", n_ctx=512, n_threads=THREADS)
+    with lp.Llama.load(params) as llama:
+        [projector] = FakeMedia.opened
+        assert isinstance(projector, Projector) and projector.model is llama.model
+        media = llama.create_chat_completion(IMAGE_TURN, max_tokens=6)
+        [prompt] = projector.prompts
+        assert isinstance(prompt, MediaPrompt) and prompt.evaluated == [(0, 0)]  # the engine evaluated it
+        text = llama.create_chat_completion(TEXT_TURN, max_tokens=6)
+        assert len(projector.prompts) == 1  # text-only messages take the template path
+    # The fake's prompt is the text's: the same reply as the text alone.
+    assert media.choices[0].message.content == text.choices[0].message.content
+    assert media.usage.prompt_tokens == text.usage.prompt_tokens == prompt.n_pos
+
+
+def test_without_a_projector_plugin_the_errors_name_the_package(fake_plugins, llama, smollm2_path, tmp_path):
+    fake_plugins.hide("llamaplug_open_projector")
+    with pytest.raises(lp.InvalidParameterError, match="pip install llamaplug-mtmd") as err:
+        lp.Llama.load(lp.LlamaParams(model_path=smollm2_path, mmproj_path=tmp_path / "p.gguf", n_ctx=256))
+    assert err.value.field == "mmproj_path"
+    with pytest.raises(lp.InvalidParameterError, match=r"pip install llamaplug-mtmd\) and LlamaParams\(mmproj_path"):
+        llama.create_chat_completion(IMAGE_TURN, max_tokens=2)
+    fake_plugins.add(FakeMedia, "fake-media")  # a projector plugin, but this Llama has no projector
+    with pytest.raises(lp.InvalidParameterError, match=r"a projector: LlamaParams\(mmproj_path=...\) "
+                                                       r"\(fake-media is installed\)") as err:
+        llama.create_chat_completion(IMAGE_TURN, max_tokens=2)
+    assert err.value.field == "messages[0].content[0]"
+
+
+def test_info_mmproj_asks_the_describe_hook(fake_plugins, capsys, tmp_path):
+    from llamaplug.cli import main
+
+    fake_plugins.add(FakeMedia, "fake-media")
+    good, bad = tmp_path / "p.fake", tmp_path / "p.bad"
+    assert main(["info", "--mmproj", str(good)]) == 0
+    assert f"  mmproj {good}: fake: yes  [fake-media]" in capsys.readouterr().out.splitlines()
+    assert main(["info", "--mmproj", str(bad)]) == 1
+    assert f"  mmproj {bad}: {bad} is not a fake projector" in capsys.readouterr().out.splitlines()
+    fake_plugins.hide("llamaplug_describe_projector")
+    assert main(["info", "--mmproj", str(good)]) == 1
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "multimodal:", f"  mmproj {good}: cannot read it: pip install llamaplug-mtmd"]
+
+
+def test_a_plugin_adds_cli_commands(fake_plugins, capsys, caplog):
+    from llamaplug.cli import cmd_info, main, parser
+    from llamaplug.plugin_api import Command
+
+    def hello(args):
+        print(f"hello {args.name}")
+        return 7
+
+    def fails(args):
+        raise lp.InvalidParameterError("no such thing", field="thing")
+
+    class FakeCommands:
+        @lp.hookimpl
+        def llamaplug_register_commands(register):
+            register(Command("hello", hello, lambda p: p.add_argument("--name", default="world"), help="say hello"))
+            register(Command("tokenizer hello", hello, lambda p: p.add_argument("name")))
+            register(Command("fake fails", fails))  # a new group
+            register(Command("info", hello))  # taken by the core: left out
+            register(Command("a b c", hello))  # not 'word' or 'group word': left out
+            register("not a command")
+
+    fake_plugins.add(FakeCommands, "fake-commands")
+    assert main(["hello", "--name", "plugins"]) == 7
+    assert main(["tokenizer", "hello", "you"]) == 7
+    assert capsys.readouterr().out == "hello plugins\nhello you\n"
+    assert main(["fake", "fails"]) == 1
+    assert "llamaplug: InvalidParameterError: no such thing\n" in capsys.readouterr().err
+    assert parser().parse_args(["info"]).func is cmd_info
+    assert "fake-commands" not in plugins.broken_plugins()
+    assert "plugin fake-commands: command 'info' is taken: left out" in caplog.text
+    assert "plugin fake-commands: 'not a command' is not a Command" in caplog.text
+
+
+def test_tokenizer_export_without_the_plugin_names_the_package(fake_plugins, capsys, tmp_path):
+    from llamaplug.cli import main
+
+    fake_plugins.hide("llamaplug_register_commands")
+    assert main(["tokenizer", "export", str(tmp_path / "m.gguf"), "-o", str(tmp_path / "t.json")]) == 1
+    assert ("llamaplug: TokenizerError: `llamaplug tokenizer export` needs the tokenizer plugin: "
+            "pip install llamaplug-tokenizer-hf\n") in capsys.readouterr().err

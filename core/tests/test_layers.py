@@ -22,6 +22,7 @@ LAYERS = [
     ("llamaplug.params", 1), ("llamaplug.raw", 1),
     ("llamaplug.hookspecs", 2), ("llamaplug.plugins", 2), ("llamaplug.probes", 2), ("llamaplug.catalog", 2),
     ("llamaplug.blocks", 3),
+    ("llamaplug.plugin_api", 3),  # the blocks' seams published for plugins (and the protocols high/ types against)
     ("llamaplug.high", 4),
     ("llamaplug.cli", 5), ("llamaplug.bench", 5), ("llamaplug", 5),
 ]
@@ -162,3 +163,125 @@ def test_a_planted_raw_import_is_found(graph):
     planted = {k: set(v) for k, v in graph.items()}
     planted["llamaplug.high.completion"].add(RAW)
     assert f"llamaplug.high.completion imports {RAW}" in raw_importers(planted)
+
+
+# -- the core and its plugins ------------------------------------------------------
+# The core never imports a plugin package: what it needs from one comes through a hook. A plugin
+# imports the core's public names and its plugin API only (CONVENTIONS.md). Both are read from the
+# source at every place: module level, inside functions, under TYPE_CHECKING, and importlib calls
+# with a literal name.
+
+PLUGINS = SRC.parents[1] / "plugins"
+
+# What a plugin may import of the core, module by module (any name in them not starting with "_"),
+# plus the top-level names of llamaplug.__all__.
+PLUGIN_MAY_IMPORT = {
+    "llamaplug.plugin_api",  # the documented plugin API: hookimpl, NativeHandle, native log, error mapping
+    "llamaplug.raw",  # the cffi layer (README), for a plugin whose native library takes llama.h's types
+    "llamaplug.hookspecs", "llamaplug.probes", "llamaplug.catalog",  # the hooks and what they register
+    "llamaplug.errors", "llamaplug.params",  # the exceptions and the parameter models
+}
+_IMPORT_CALLS = {"import_module", "find_spec", "__import__"}
+
+
+def named_imports(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line, module, name) of every absolute import in `path`; name is None for `import module`."""
+    found: list[tuple[int, str, str | None]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found += [(node.lineno, node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if called in _IMPORT_CALLS:
+                found.append((node.lineno, node.args[0].value, None))
+    return sorted(found, key=lambda f: f[0])
+
+
+def plugin_imports(paths: list[Path]) -> list[str]:
+    """Where `paths` import a plugin package (llamaplug_*)."""
+    return [f"{_shown(p)}:{line}: {module}" for p in paths for line, module, _ in named_imports(p)
+            if module.split(".")[0].startswith("llamaplug_")]
+
+
+def _top_level_names() -> set[str]:
+    """llamaplug.__all__, read from the source."""
+    for node in ast.parse((PACKAGE / "__init__.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError("llamaplug/__init__.py has no __all__")
+
+
+def core_imports_outside_the_plugin_api(paths: list[Path]) -> list[str]:
+    """Where `paths` import more of the core than public names and the plugin API."""
+    top = _top_level_names()
+    bad = []
+    for p in paths:
+        for line, module, name in named_imports(p):
+            if module.split(".")[0] != "llamaplug":
+                continue
+            if module == "llamaplug" and name is not None and not known(f"llamaplug.{name}"):
+                ok = name in top  # `from llamaplug import Llama`
+            else:
+                if module == "llamaplug" and name is not None:  # `from llamaplug import raw` is a module
+                    module, name = f"llamaplug.{name}", None
+                ok = module == "llamaplug" or (module in PLUGIN_MAY_IMPORT and not (name or "").startswith("_"))
+            if not ok:
+                bad.append(f"{_shown(p)}:{line}: {module}" + (f" import {name}" if name else ""))
+    return bad
+
+
+def _shown(path: Path) -> Path:
+    return path.relative_to(SRC.parents[1]) if path.is_relative_to(SRC.parents[1]) else path
+
+
+def _sources(root: Path) -> list[Path]:
+    return [p for p in sorted(root.rglob("*.py")) if "build" not in p.parts]
+
+
+def test_the_core_imports_no_plugin_package():
+    bad = plugin_imports(_sources(PACKAGE))
+    assert not bad, "the core imports a plugin package (what it needs from one comes through a hook):\n" + \
+        "\n".join(bad)
+
+
+def test_plugins_import_only_public_core_names_and_the_plugin_api():
+    if not PLUGINS.is_dir():
+        pytest.skip(f"no plugins folder beside the core ({PLUGINS}): the core alone")
+    paths = [p for src in sorted(PLUGINS.glob("*/src")) for p in _sources(src)]
+    assert len({p.parts[len(PLUGINS.parts)] for p in paths}) >= 2, "the plugins' sources were not found"
+    bad = core_imports_outside_the_plugin_api(paths)
+    assert not bad, "a plugin imports more of the core than its public names and llamaplug.plugin_api:\n" + \
+        "\n".join(bad)
+
+
+PLANTED = """
+import importlib
+from typing import TYPE_CHECKING
+
+import llamaplug
+from llamaplug import Llama, raw
+from llamaplug.errors import native_error
+if TYPE_CHECKING:
+    from llamaplug_tokenizer_hf import HFTokenizer
+
+def later():
+    import llamaplug_mtmd.context
+    from llamaplug.blocks import _native_log
+    from llamaplug.errors import _DECODE_CODES
+    from llamaplug import _version, blocks
+    return importlib.util.find_spec("llamaplug_mtmd"), importlib.import_module("llamaplug.blocks.model")
+"""
+
+
+def test_planted_plugin_and_private_imports_are_found(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(PLANTED)
+    assert [b.split(": ", 1)[1] for b in plugin_imports([planted])] == [
+        "llamaplug_tokenizer_hf", "llamaplug_mtmd.context", "llamaplug_mtmd"]
+    assert [b.split(": ", 1)[1] for b in core_imports_outside_the_plugin_api([planted])] == [
+        "llamaplug.blocks import _native_log", "llamaplug.errors import _DECODE_CODES", "llamaplug._version",
+        "llamaplug.blocks", "llamaplug.blocks.model"]

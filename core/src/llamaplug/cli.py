@@ -1,12 +1,16 @@
-"""The `llamaplug` command: `info` and `run`."""
+"""The `llamaplug` command: `info`, `run`, `serve`, ...; plugins add theirs (hook llamaplug_register_commands)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from pathlib import Path
 
 from . import __version__
-from .errors import LlamaError
+from .errors import LlamaError, TokenizerError
+
+log = logging.getLogger("llamaplug.cli")
 
 
 def _gib(n: int) -> str:
@@ -48,15 +52,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.mmproj:
         print("multimodal:")
         try:
-            import llamaplug_mtmd
-        except ImportError:
-            print(f"  mmproj {args.mmproj}: cannot read it: pip install llamaplug-mtmd")
-            return 1
-        try:
-            print(f"  mmproj {args.mmproj}: {llamaplug_mtmd.describe(args.mmproj)}  [llamaplug-mtmd]")
+            found = plugins.first_answer("llamaplug_describe_projector", path=Path(args.mmproj))
         except LlamaError as exc:
             print(f"  mmproj {args.mmproj}: {exc}")
             return 1
+        if found is None:
+            print(f"  mmproj {args.mmproj}: cannot read it: pip install llamaplug-mtmd")
+            return 1
+        plugin, line = found
+        print(f"  mmproj {args.mmproj}: {line}  [{plugins.distribution_of(plugin) or plugin}]")
     return 0
 
 
@@ -88,19 +92,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"[{final.stop_reason.value}] prompt {t.prompt_tokens} tokens {t.prompt_per_second:.1f} t/s, "
               f"generated {t.predicted_tokens} tokens {t.predicted_per_second:.1f} t/s", file=sys.stderr)
     llama.close()
-    return 0
-
-
-def cmd_tokenizer_export(args: argparse.Namespace) -> int:
-    from .errors import TokenizerError
-
-    try:
-        from llamaplug_tokenizer_hf.export import export_json
-    except ImportError:
-        raise TokenizerError("`llamaplug tokenizer export` needs the tokenizer plugin: "
-                             "pip install llamaplug-tokenizer-hf") from None
-    out = export_json(args.model, args.output)
-    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
@@ -211,20 +202,56 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
     serve.set_defaults(func=cmd_serve)
     tokenizer = sub.add_parser("tokenizer", help="tokenizer tools (plugin llamaplug-tokenizer-hf)")
-    tokenizer_sub = tokenizer.add_subparsers(dest="tokenizer_command", required=True)
-    export = tokenizer_sub.add_parser("export", help="write a tokenizer.json that tokenizes as llama.cpp does "
-                                      "with the GGUF's vocabulary")
-    export.add_argument("model", help="GGUF file (a vocab-only GGUF will do)")
-    export.add_argument("-o", "--output", default="tokenizer.json", help="file or folder to write")
-    export.set_defaults(func=cmd_tokenizer_export)
+    groups = {"tokenizer": tokenizer.add_subparsers(dest="tokenizer_command", required=True)}
     from .bench import add_parser
 
     add_parser(sub)
+    _add_plugin_commands(sub, groups)
     return p
 
 
+# Commands that plugins add, with what to install when none did: the command then says so.
+MISSING_PLUGIN_COMMANDS = {
+    "tokenizer export": (TokenizerError, "the tokenizer plugin: pip install llamaplug-tokenizer-hf"),
+}
+
+
+def _add_plugin_commands(sub: argparse._SubParsersAction, groups: dict[str, argparse._SubParsersAction]) -> None:
+    """The commands plugins register (hook llamaplug_register_commands); a name already taken stays the first's."""
+    from . import plugins
+    from .plugin_api import Command
+
+    def missing(name: str, error: type[LlamaError], what: str) -> Command:
+        def run(args: argparse.Namespace) -> int:
+            raise error(f"`llamaplug {name}` needs {what}")
+
+        return Command(name, run, lambda p: p.add_argument("args", nargs=argparse.REMAINDER))
+
+    found = plugins.collect_from("llamaplug_register_commands")
+    found += [("core", missing(name, *hint)) for name, hint in MISSING_PLUGIN_COMMANDS.items()]
+    for plugin, command in found:
+        words = command.name.split() if isinstance(command, Command) else []
+        if len(words) not in (1, 2):
+            log.warning("plugin %s: %r is not a Command named 'word' or 'group word': left out", plugin, command)
+            continue
+        *group, word = words
+        if group and group[0] not in groups:
+            if group[0] in sub.choices:
+                log.warning("plugin %s: %r is a command, not a group: %r is left out", plugin, group[0], command.name)
+                continue
+            groups[group[0]] = sub.add_parser(group[0]).add_subparsers(dest=f"{group[0]}_command", required=True)
+        into = groups[group[0]] if group else sub
+        if word in into.choices:
+            if plugin != "core":
+                log.warning("plugin %s: command %r is taken: left out", plugin, command.name)
+            continue
+        parser = into.add_parser(word, help=command.help)
+        if command.arguments is not None:
+            command.arguments(parser)
+        parser.set_defaults(func=command.run)
+
+
 def main(argv: list[str] | None = None) -> int:
-    import logging
     import os
 
     args = parser().parse_args(argv)

@@ -18,6 +18,11 @@ import pluggy
 from . import hookspecs
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .blocks.model import LlamaModel
+    from .params import LlamaParams
+    from .plugin_api import Projector
     from .probes import BackendSpec
 
 log = logging.getLogger("llamaplug.plugins")
@@ -134,3 +139,31 @@ def collect_from(hook_name: str) -> list[tuple[str, Any]]:
 
 def backend_specs() -> Sequence[BackendSpec]:
     return sorted(collect("llamaplug_register_backends"), key=lambda s: -s.priority)
+
+
+def first_answer(hook_name: str, **kwargs: Any) -> tuple[str, Any] | None:
+    """Ask a ``firstresult`` hook as pluggy does, and say who answered: (plugin, answer), or None if none did.
+
+    What a plugin raises propagates, as from the hook call.
+    """
+    load_plugins()
+    for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        answer = impl.function(*(kwargs[name] for name in impl.argnames))
+        if answer is not None:
+            return impl.plugin_name, answer
+    return None
+
+
+def providers(hook_name: str) -> list[str]:
+    """Who implements `hook_name`, in the order pluggy asks them: each one's distribution, or its plugin name."""
+    load_plugins()
+    return [distribution_of(impl.plugin_name) or impl.plugin_name
+            for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls())]
+
+
+def open_projector(path: Path, model: LlamaModel, params: LlamaParams) -> Projector | None:
+    """The projector the first plugin that takes `path` opens for `model` (None: no plugin takes it)."""
+    load_plugins()
+    return pm.hook.llamaplug_open_projector(path=path, model=model, params=params)

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from ..raw import ffi, lib
 from . import _callback_errors
@@ -69,6 +70,16 @@ def _llamaplug_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
     for line in lines:
         if line:
             log.log(py_level, "%s", line)
+
+
+def c_callback() -> Any:
+    """This module's C log callback (a ggml_log_callback), for native libraries that log through their own setter."""
+    return lib._llamaplug_log_cb
+
+
+def c_sink() -> Any:
+    """A C log callback that drops every line: for native destructors that run after Python is gone."""
+    return lib.llamaplug_log_discard
 
 
 def install() -> None:

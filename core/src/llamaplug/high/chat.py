@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from .. import plugins
 from ..errors import InvalidParameterError
 from .chat_template import ChatTemplate
 from .completion import Completion, CompletionChunk, StopReason
@@ -86,11 +87,10 @@ def _finish(reason: StopReason | None) -> FinishReason:
 
 
 def _media_needs() -> str:
-    import importlib.util
-
-    if importlib.util.find_spec("llamaplug_mtmd") is None:
+    found = plugins.providers("llamaplug_open_projector")
+    if not found:
         return "the multimodal plugin (pip install llamaplug-mtmd) and LlamaParams(mmproj_path=...)"
-    return "a projector: LlamaParams(mmproj_path=...) (llamaplug-mtmd is installed)"
+    return f"a projector: LlamaParams(mmproj_path=...) ({', '.join(found)} is installed)"
 
 
 def check_messages(messages: Any) -> list[dict[str, Any]]:

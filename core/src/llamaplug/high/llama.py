@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import plugins
 from ..blocks import _native_log
 from ..blocks.adapters import LoraAdapter
 from ..blocks.backend import LlamaBackend
@@ -20,6 +21,7 @@ from ..blocks.model import LlamaModel
 from ..blocks.sampling import LlamaSampler, SamplerChain
 from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import LlamaParams, SamplerParams
+from ..plugin_api import MediaPrompt, Projector
 from . import saved_state
 from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks, check_messages, render, render_prompt
 from .completion import Completion, CompletionChunk, TokenLogprob
@@ -48,7 +50,7 @@ class Llama:
         self._context = context
         self._engine = Engine(context, params.cache_ram_mib << 20)
         self._embed_lock = threading.Lock()  # the embedding contexts are not the engine's
-        self._mtmd: Any = None  # an MtmdContext when LlamaParams.mmproj_path is set (plugin llamaplug-mtmd)
+        self._mtmd: Projector | None = None  # a plugin's, when LlamaParams.mmproj_path is set (llamaplug-mtmd)
 
     @classmethod
     def load(cls, params: LlamaParams | str) -> Llama:
@@ -384,10 +386,8 @@ class Llama:
         elif tool_choice not in (None, "auto", "none"):
             raise InvalidParameterError("tool_choice needs tools", field="tool_choice")
         use_tools = tools is not None and tool_choice != "none"
-        if self._mtmd is not None and _has_media(messages):
-            from llamaplug_mtmd import prepare_chat
-
-            tokens, template = prepare_chat(self._mtmd, messages, lambda flat: render_prompt(
+        if self._mtmd is not None and self._mtmd.has_media(messages):
+            tokens, template = self._mtmd.chat_prompt(messages, lambda flat: render_prompt(
                 self, check_messages(flat), chat_template, tools if use_tools else None))
         else:
             tokens, template = render(self, check_messages(messages), chat_template, tools if use_tools else None)
@@ -404,28 +404,19 @@ class Llama:
         return tokens, sampler, kind
 
 
-def _projector(params: LlamaParams, model: LlamaModel) -> Any:
-    """The MtmdContext for params.mmproj_path (None without one)."""
+def _projector(params: LlamaParams, model: LlamaModel) -> Projector | None:
+    """The projector a plugin opens for params.mmproj_path (None without one): hook llamaplug_open_projector."""
     if params.mmproj_path is None:
         return None
-    try:
-        import llamaplug_mtmd
-    except ImportError:
+    projector = plugins.open_projector(params.mmproj_path, model, params)
+    if projector is None:
         raise InvalidParameterError("mmproj_path needs the multimodal plugin: pip install llamaplug-mtmd",
-                                    field="mmproj_path") from None
-    return llamaplug_mtmd.MtmdContext(params.mmproj_path, model,
-                                      llamaplug_mtmd.MtmdParams(n_threads=params.n_threads or 0))
-
-
-def _has_media(messages: Any) -> bool:
-    return isinstance(messages, list) and any(
-        isinstance(m, dict) and isinstance(m.get("content"), list)
-        and any(isinstance(p, dict) and p.get("type") in ("image_url", "input_audio") for p in m["content"])
-        for m in messages)
+                                    field="mmproj_path")
+    return projector
 
 
 def _is_media(prompt: Any) -> bool:
-    return hasattr(prompt, "eval") and hasattr(prompt, "n_pos")  # MtmdInputChunks, without importing the plugin
+    return isinstance(prompt, MediaPrompt)  # what a Projector's chat_prompt made
 
 
 def _stderr_is_tty() -> bool:

@@ -4,11 +4,19 @@
     chunks = mtmd.tokenize(f"What is this? {mtmd.marker}", [MtmdBitmap.from_file("cat.png")])
     n_past = chunks.eval(llama_context, n_past=0)     # then sample as usual
 
-Registered under the ``llamaplug`` entry-point group as ``mtmd`` (listed by `llamaplug info`;
-`llamaplug info --mmproj FILE` says what a projector can take).
+Registered under the ``llamaplug`` entry-point group as ``mtmd`` (listed by `llamaplug info`). Its
+hooks: ``llamaplug_open_projector`` opens ``LlamaParams(mmproj_path=...)`` for `Llama` (chat messages
+with image and audio parts), ``llamaplug_describe_projector`` says for `llamaplug info --mmproj FILE`
+what a projector can take.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from llamaplug import LlamaModel, LlamaParams
+from llamaplug.plugin_api import hookimpl
 
 from .context import (
     DEFAULT_MARKER,
@@ -31,16 +39,28 @@ from .errors import (
     UnsupportedMediaError,
 )
 from .messages import has_media, load_media, prepare_chat, prepare_messages, split_media
+from .projector import MtmdProjector
 
 __all__ = [
     "DEFAULT_MARKER", "ChunkType", "InvalidMmprojError", "MediaCountError", "MediaDecodeError", "MediaTooLargeError",
     "MmprojMismatchError", "MtmdBitmap", "MtmdContext", "MtmdError", "MtmdInputChunk", "MtmdInputChunks",
-    "MtmdInputText", "MtmdParams", "UnsupportedMediaError", "capabilities", "describe", "has_media", "load_media",
-    "prepare_chat", "prepare_messages", "split_media",
+    "MtmdInputText", "MtmdParams", "MtmdProjector", "UnsupportedMediaError", "capabilities", "describe", "has_media",
+    "load_media", "prepare_chat", "prepare_messages", "split_media",
 ]
 
 
-def describe(mmproj_path) -> str:
+def describe(mmproj_path: str | os.PathLike[str]) -> str:
     """One line for `llamaplug info --mmproj FILE`: what the projector can take."""
     vision, audio = capabilities(mmproj_path)
     return f"vision: {'yes' if vision else 'no'}, audio: {'yes' if audio else 'no'}"
+
+
+@hookimpl
+def llamaplug_open_projector(path: Path, model: LlamaModel, params: LlamaParams) -> MtmdProjector:
+    """Every projector file is libmtmd's: one this plugin cannot open is an error naming it, not a pass."""
+    return MtmdProjector(MtmdContext(path, model, MtmdParams(n_threads=params.n_threads or 0)))
+
+
+@hookimpl
+def llamaplug_describe_projector(path: Path) -> str:
+    return describe(path)

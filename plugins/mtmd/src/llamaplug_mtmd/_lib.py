@@ -10,8 +10,8 @@ import atexit
 
 from llamaplug import LLAMA_CPP_COMMIT
 from llamaplug.errors import BackendMismatchError
+from llamaplug.plugin_api import native_log_callback, native_log_sink
 from llamaplug.raw import ffi as core_ffi
-from llamaplug.raw import lib as core_lib
 
 from . import _build_info  # written by the build
 
@@ -31,9 +31,7 @@ def route_log() -> None:
     "llamaplug.native", and `capture_errors()` sees them), as llama.cpp's own do."""
     if _routed[0]:
         return
-    from llamaplug.blocks import _native_log  # noqa: F401 - defines the core's callback
-
-    callback = _callback(core_lib._llamaplug_log_cb)
+    callback = _callback(native_log_callback())
     lib.mtmd_log_set(callback, ffi.NULL)
     lib.mtmd_helper_log_set(callback, ffi.NULL)
     _routed[0] = True
@@ -42,7 +40,7 @@ def route_log() -> None:
 
 def _unroute() -> None:
     # Native destructors may log after Python is gone; give them the core's C sink.
-    sink = _callback(core_lib.llamaplug_log_discard)
+    sink = _callback(native_log_sink())
     lib.mtmd_log_set(sink, ffi.NULL)
     lib.mtmd_helper_log_set(sink, ffi.NULL)
 

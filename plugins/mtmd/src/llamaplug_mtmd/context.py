@@ -22,19 +22,9 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from llamaplug.blocks import _native_log
-from llamaplug.blocks._handle import NativeHandle
-from llamaplug.blocks.context import LlamaContext
-from llamaplug.blocks.model import LlamaModel
-from llamaplug.errors import (
-    ClosedError,
-    DecodeError,
-    InvalidParameterError,
-    ModelNotFoundError,
-    native_error,
-    native_reason,
-)
+from llamaplug import ClosedError, DecodeError, InvalidParameterError, LlamaContext, LlamaModel, ModelNotFoundError
 from llamaplug.params import Params
+from llamaplug.plugin_api import NativeHandle, capture_errors, native_error
 
 from ._lib import ffi, lib, route_log
 from .errors import (
@@ -101,14 +91,13 @@ class MtmdContext(NativeHandle):
         c.warmup = params.warmup
         c.image_min_tokens = params.image_min_tokens
         c.image_max_tokens = params.image_max_tokens
-        with _native_log.capture_errors() as errors:
+        with capture_errors() as errors:
             ptr = lib.mtmd_init_from_file(os.fsencode(path), model._ptr, c)
         if ptr == ffi.NULL:
             mismatch = [line for line in errors if "mismatch between text model" in line]
             if mismatch:
-                raise MmprojMismatchError(
-                    f"{path.name} does not fit {model.path.name}: {native_reason(mismatch, 1)} "
-                    "(use the mmproj made for this model)")
+                raise native_error(MmprojMismatchError, f"{path.name} does not fit {model.path.name}", mismatch[-1:],
+                                   "use the mmproj made for this model")
             raise native_error(InvalidMmprojError, f"could not load {path} as a multimodal projector", errors)
         self._adopt(ptr, lib.mtmd_free)
         model._dependents.add(self)
@@ -167,7 +156,7 @@ class MtmdContext(NativeHandle):
         c_bitmaps = ffi.new("mtmd_bitmap *[]", [b._ptr for b in bitmaps] or 1)
         out = lib.mtmd_input_chunks_init()
         chunks = MtmdInputChunks(out, self)
-        with _native_log.capture_errors() as errors:
+        with capture_errors() as errors:
             rc = lib.mtmd_tokenize(self._ptr, out, c_text, c_bitmaps, len(bitmaps))
         if rc == 1:
             raise native_error(MediaCountError, "the media markers and bitmaps do not pair up", errors,
@@ -180,7 +169,7 @@ class MtmdContext(NativeHandle):
         """The projector's embeddings of one media chunk, shape (n_tokens, n_embd): a copy."""
         if chunk.type == ChunkType.TEXT:
             raise InvalidParameterError("a text chunk has no media to encode", field="chunk")
-        with _native_log.capture_errors() as errors:
+        with capture_errors() as errors:
             rc = lib.mtmd_encode_chunk(self._ptr, chunk._ptr)
         if rc != 0:
             raise native_error(DecodeError, f"the projector failed to encode the {chunk.type.name.lower()} chunk",
@@ -202,7 +191,7 @@ def capabilities(mmproj_path: str | os.PathLike[str]) -> tuple[bool, bool]:
     if not path.is_file():
         raise ModelNotFoundError(f"mmproj file not found: {path}")
     route_log()
-    with _native_log.capture_errors() as errors:
+    with capture_errors() as errors:
         caps = lib.mtmd_get_cap_from_file(os.fsencode(path))
     if not (caps.inp_vision or caps.inp_audio):
         if errors:
@@ -260,7 +249,7 @@ class MtmdBitmap(NativeHandle):
                 raise UnsupportedMediaError(f"{_name} is audio, and {ctx.path.name} has no audio encoder")
         route_log()
         opt = lib.mtmd_helper_init_opt_default()
-        with _native_log.capture_errors() as errors:
+        with capture_errors() as errors:
             owner = ctx._ptr if ctx is not None else ffi.NULL
             wrapper = lib.mtmd_helper_bitmap_init_from_buf(owner, ffi.from_buffer(data), len(data), False, opt)
         if wrapper.video_ctx != ffi.NULL:  # not built (no MTMD_VIDEO); never a leak if it ever is
@@ -437,7 +426,7 @@ class MtmdInputChunks(NativeHandle):
         if llama_context.model is not self.ctx.model:
             raise InvalidParameterError("the LlamaContext is on another model than this MtmdContext's",
                                         field="llama_context")
-        mctx, lctx = self.ctx._ptr, llama_context._ptr
+        mctx, lctx = self.ctx._ptr, llama_context.raw_handle()
         n_past = llama_context.n_past if n_past is None else int(n_past)
         if n_past < 0:
             raise InvalidParameterError(f"n_past must be >= 0, got {n_past}", field="n_past")
@@ -466,7 +455,7 @@ class MtmdInputChunks(NativeHandle):
                     f"in one micro-batch: raise n_batch and n_ubatch to at least {c.n_tokens} "
                     f"(now {n_batch} and {llama_context.n_ubatch})")
         new_n_past = ffi.new("llama_pos *")
-        with _native_log.capture_errors() as errors:
+        with capture_errors() as errors:
             rc = lib.mtmd_helper_eval_chunks(mctx, lctx, self._ptr, n_past, seq_id, n_batch, logits_last, new_n_past)
         if rc != 0:
             raise native_error(DecodeError, f"evaluating the chunks failed (code {rc}) at n_past={n_past}", errors,

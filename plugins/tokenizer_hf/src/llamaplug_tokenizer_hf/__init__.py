@@ -8,11 +8,14 @@ has been checked against the model's. ``llamaplug tokenizer export MODEL.gguf -o
 
 from __future__ import annotations
 
+import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import llamaplug
+from llamaplug.plugin_api import Command
 
 from .attached import HFTokenizer, load_tokenizer
 
@@ -36,3 +39,22 @@ def attach(source: Any, model: Any) -> HFTokenizer | None:
 @llamaplug.hookimpl
 def llamaplug_register_tokenizers(register: Callable[[str, Callable[..., Any]], None]) -> None:
     register("hf", attach)
+
+
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="GGUF file (a vocab-only GGUF will do)")
+    parser.add_argument("-o", "--output", default="tokenizer.json", help="file or folder to write")
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .export import export_json
+
+    out = export_json(args.model, args.output)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+@llamaplug.hookimpl
+def llamaplug_register_commands(register: Callable[[Command], None]) -> None:
+    register(Command("tokenizer export", _export, _export_arguments,
+                     "write a tokenizer.json that tokenizes as llama.cpp does with the GGUF's vocabulary"))

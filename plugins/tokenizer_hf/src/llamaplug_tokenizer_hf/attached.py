@@ -3,12 +3,13 @@
 Tokenizing runs in the Rust `tokenizers` library (no Python loop over text or vocabulary);
 detokenizing uses its decoder. Token pieces (the bytes of one token, for streaming) come
 from the vocabulary strings, decoded as the tokenizer's family spells them, and streamed
-text goes through the core's TextAssembler, which holds back a UTF-8 character split
-across tokens until it is complete.
+text goes through an incremental UTF-8 decoder (as the core's TextAssembler without stop
+sequences), which holds back a character split across tokens until it is complete.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -126,14 +127,12 @@ class HFTokenizer:
 
     def stream(self, tokens: Iterable[int], special: bool = False) -> Iterator[str]:
         """Text as the tokens come: each yield is whole characters (a split character waits for its last byte)."""
-        from llamaplug.high.completion import TextAssembler
-
-        text = TextAssembler([])
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         for token in tokens:
-            out = text.feed(self.piece(int(token), special))
+            out = decoder.decode(self.piece(int(token), special))
             if out:
                 yield out
-        rest = text.finish()
+        rest = decoder.decode(b"", final=True)
         if rest:
             yield rest
 
