@@ -28,7 +28,9 @@ from ..high.async_llama import AsyncLlama
 from ..high.chat import ChatCompletion, ChatStream, Usage, as_chat
 from ..high.completion import Completion, CompletionChunk
 from ..high.engine import Job
-from ..high.llama import Llama, _collect
+from ..high.events import achunks, astream
+from ..high.llama import Llama
+from ..high.requests import chat_job, collect, collect_many, completion_job
 from ..params import SamplerParams
 from .metrics import Metrics
 from .schemas import (
@@ -131,19 +133,19 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
         check_model(body.model)
         prompts = _prompts(body.prompt)
         chains = [_sampler(body, llama) for _ in prompts]
-        jobs = [llama._job(p, body.max_tokens, chain, body.stop, body.logprobs, False, body.response_format, True)
-                for p, chain in zip(prompts, chains)]
+        jobs = [completion_job(llama, p, body.max_tokens, chain, body.stop, body.logprobs, False, body.response_format,
+                               True) for p, chain in zip(prompts, chains)]
         ident = f"cmpl-{uuid.uuid4().hex[:24]}"
         if body.stream:
-            return _sse(_completion_events(allama, jobs, ident, model_id))
-        streams: list[list[CompletionChunk]] = [[] for _ in jobs]
+            return _sse(_completion_events(llama, jobs, ident, model_id))
+        events: list[tuple[int, CompletionChunk]] = []
 
         async def run() -> None:
-            async for i, chunk in allama._stream(jobs):
-                streams[i].append(chunk)
+            async for event in astream(llama.engine, jobs):
+                events.append(event)
 
         await _unless_gone(request, run())
-        done = [_collect(iter(s), job.prompt) for s, job in zip(streams, jobs)]
+        done = collect_many(events, jobs)
         return TextCompletion(
             id=ident, created=int(time.time()), model=model_id,
             choices=[CompletionChoice(index=i, text=c.text, finish_reason=_finish(c),
@@ -155,19 +157,18 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
     async def chat(body: ChatRequest, request: Request) -> Any:
         check_model(body.model)
         limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-        tokens, chain, kind = llama._chat_prompt(body.messages, _sampler(body, llama), body.tools, body.tool_choice,
-                                                 body.response_format, None)
-        job = llama._job(tokens, limit, chain, body.stop, None, False, body.response_format, True)
+        job, kind = chat_job(llama, body.messages, limit, _sampler(body, llama), body.stop, body.tools,
+                             body.tool_choice, body.response_format, own_sampler=True)
         if body.stream:
-            return _sse(_chat_events(allama, job, ChatStream(model_id, kind)))
+            return _sse(_chat_events(llama, job, ChatStream(model_id, kind)))
         pieces: list[CompletionChunk] = []
 
         async def run() -> None:
-            async for piece in allama._one(job):
+            async for piece in achunks(llama.engine, job):
                 pieces.append(piece)
 
         await _unless_gone(request, run())
-        return as_chat(_collect(iter(pieces), job.prompt), model_id, kind)
+        return as_chat(collect(pieces, job.prompt), model_id, kind)
 
     @app.post("/v1/embeddings", response_model=EmbeddingList, responses=_ERRORS)
     async def embeddings(body: EmbeddingRequest) -> Any:
@@ -274,10 +275,10 @@ def _sse(events: AsyncIterator[str]) -> StreamingResponse:
     return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-async def _completion_events(allama: AsyncLlama, jobs: list[Job], ident: str, model: str) -> AsyncIterator[str]:
+async def _completion_events(llama: Llama, jobs: list[Job], ident: str, model: str) -> AsyncIterator[str]:
     created = int(time.time())
     try:
-        async for i, chunk in allama._stream(jobs):
+        async for i, chunk in astream(llama.engine, jobs):
             if not chunk.text and chunk.stop_reason is None:
                 continue
             choice = CompletionChoice(index=i, text=chunk.text,
@@ -288,10 +289,10 @@ async def _completion_events(allama: AsyncLlama, jobs: list[Job], ident: str, mo
     yield "data: [DONE]\n\n"
 
 
-async def _chat_events(allama: AsyncLlama, job: Job, stream: ChatStream) -> AsyncIterator[str]:
+async def _chat_events(llama: Llama, job: Job, stream: ChatStream) -> AsyncIterator[str]:
     yield _data(stream.first().model_dump_json(exclude_none=True))
     try:
-        async for piece in allama._one(job):
+        async for piece in achunks(llama.engine, job):
             for out in stream.feed(piece):
                 yield _data(out.model_dump_json(exclude_none=True))
     except LlamaError as exc:
