@@ -1,8 +1,8 @@
 """AsyncLlama: `await` and `async for` over a Llama's engine, never blocking the event loop.
 
-The engine's worker thread hands each event to the loop with call_soon_threadsafe.
-Cancelling the awaiting task, or leaving an `async for` early, cancels the request:
-its slot is free at the engine's next step.
+Requests are built as Llama builds them (requests.py) and run through the asyncio
+loop of the event pump (events.astream). Cancelling the awaiting task, or leaving an
+`async for` early, cancels the request: its slot is free at the engine's next step.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from ..params import LlamaParams
 from .chat import ChatCompletion, ChatCompletionChunk, ChatStream, as_chat
 from .completion import Completion, CompletionChunk
 from .engine import Job
-from .llama import Llama, Samplers, _collect
+from .events import achunks, astream
+from .llama import Llama
+from .requests import Samplers, chat_job, collect, collect_many, completion_job, completion_jobs
 
 
 class AsyncLlama:
@@ -37,22 +39,17 @@ class AsyncLlama:
                                 response_format: dict[str, Any] | None = None
                                 ) -> Completion | AsyncIterator[CompletionChunk]:
         """As Llama.create_completion; with stream=True, an async iterator of chunks."""
-        job = self.llama._job(prompt, max_tokens, sampler, stop, logprobs, special, response_format)
+        job = completion_job(self.llama, prompt, max_tokens, sampler, stop, logprobs, special, response_format)
         if stream:
-            return self._one(job)
-        return _collect([c async for c in self._one(job)].__iter__(), job.prompt)
+            return achunks(self.llama.engine, job)
+        return collect([c async for c in achunks(self.llama.engine, job)], job.prompt)
 
     async def create_completions(self, prompts: Sequence[str | list[int]], max_tokens: int | None = 16,
                                  sampler: Samplers = None, stop: str | list[str] | None = None,
                                  logprobs: int | None = None, special: bool = False,
                                  response_format: dict[str, Any] | None = None) -> list[Completion]:
-        chains = self.llama._samplers_for(len(prompts), sampler)
-        jobs = [self.llama._job(p, max_tokens, s, stop, logprobs, special, response_format, own)
-                for p, (s, own) in zip(prompts, chains)]
-        streams: list[list[CompletionChunk]] = [[] for _ in jobs]
-        async for i, chunk in self._stream(jobs):
-            streams[i].append(chunk)
-        return [_collect(iter(chunks), job.prompt) for chunks, job in zip(streams, jobs)]
+        jobs = completion_jobs(self.llama, prompts, max_tokens, sampler, stop, logprobs, special, response_format)
+        return collect_many([event async for event in astream(self.llama.engine, jobs)], jobs)
 
     async def create_chat_completion(self, messages: list[dict[str, Any]], max_tokens: int | None = None,
                                      sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
@@ -62,18 +59,16 @@ class AsyncLlama:
                                      ) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
         """As Llama.create_chat_completion; with stream=True, an async iterator of OpenAI chunks."""
         llama = self.llama
-        tokens, chain, kind = llama._chat_prompt(messages, sampler, tools, tool_choice, response_format,
-                                                 chat_template)
-        job = llama._job(tokens, max_tokens, chain, stop, None, False, response_format)
+        job, kind = chat_job(llama, messages, max_tokens, sampler, stop, tools, tool_choice, response_format,
+                             chat_template)
         name = llama.params.model_path.name
         if stream:
             return self._chat_chunks(job, ChatStream(name, kind))
-        done = _collect([c async for c in self._one(job)].__iter__(), job.prompt)
-        return as_chat(done, name, kind)
+        return as_chat(collect([c async for c in achunks(llama.engine, job)], job.prompt), name, kind)
 
     async def _chat_chunks(self, job: Job, stream: ChatStream) -> AsyncIterator[ChatCompletionChunk]:
         yield stream.first()
-        async for piece in self._one(job):
+        async for piece in achunks(self.llama.engine, job):
             for out in stream.feed(piece):
                 yield out
 
@@ -95,41 +90,3 @@ class AsyncLlama:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    async def _one(self, job: Job) -> AsyncIterator[CompletionChunk]:
-        async for _, chunk in self._stream([job]):
-            yield chunk
-
-    async def _stream(self, jobs: list[Job]) -> AsyncIterator[tuple[int, CompletionChunk]]:
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[tuple[int, CompletionChunk | BaseException]] = asyncio.Queue()
-        for i, job in enumerate(jobs):
-            job.sink = _LoopSink(loop, events, i)
-        for job in jobs:
-            self.llama.engine.submit(job)
-        left = len(jobs)
-        try:
-            while left:
-                i, event = await events.get()
-                if isinstance(event, BaseException):
-                    raise event
-                if event.stop_reason is not None:
-                    left -= 1
-                yield i, event
-        finally:
-            if left:
-                for job in jobs:
-                    job.cancel()
-                self.llama.engine.wake()
-
-
-class _LoopSink:
-    """Events from the engine's thread into an asyncio queue (raises once the loop is closed: the job stops)."""
-
-    __slots__ = ("loop", "events", "index")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, events: asyncio.Queue[Any], index: int):
-        self.loop, self.events, self.index = loop, events, index
-
-    def __call__(self, event: CompletionChunk | BaseException) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, (self.index, event))

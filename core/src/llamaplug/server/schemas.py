@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..high.chat import Usage
+from ..params import SamplerParams
 
 
 class _Request(BaseModel):
@@ -30,6 +31,14 @@ class _Request(BaseModel):
     stream: bool = False
     n: int = Field(1, ge=1, le=1, description="one choice per prompt (llamaplug runs prompts, not copies, in parallel)")
     response_format: dict[str, Any] | None = None
+
+    def sampling(self, seed: int) -> SamplerParams:
+        """The request's sampling (llama-server's defaults where it says nothing; `seed` where it gives none)."""
+        given = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
+                 "seed": self.seed if self.seed is not None else seed,
+                 "penalty_present": self.presence_penalty, "penalty_freq": self.frequency_penalty,
+                 "penalty_repeat": self.repeat_penalty}
+        return SamplerParams(**{k: v for k, v in given.items() if v is not None})
 
 
 class CompletionRequest(_Request):

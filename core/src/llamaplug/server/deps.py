@@ -1,0 +1,39 @@
+"""The dependency that gives a route its model: the request body's `model`, through app.state.models.
+
+    @router.post("/v1/things")
+    async def things(body: ThingRequest, served: Annotated[Served, Depends(served_model(ThingRequest))]): ...
+
+The dependency declares the route's own body parameter (`body`, of the same type):
+FastAPI takes the two for one body, so the OpenAPI document is the route's, a body
+that does not fit is a 400 before any model is looked up, and an unknown model is a
+404 before the route runs.
+"""
+
+# Without `from __future__ import annotations`: FastAPI reads `body`'s annotation at run time, and here it is a
+# variable.
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from fastapi import Request
+
+from .registry import ModelRegistry, Served
+
+
+class NamesAModel(Protocol):
+    model: str | None
+
+
+def served_model(body_type: type[NamesAModel]) -> Callable[..., Awaitable[Served]]:
+    """The dependency resolving the model that a `body_type` body names."""
+
+    async def resolve(request: Request, body: body_type) -> Served:  # type: ignore[valid-type]
+        return models(request).resolve(body.model)
+
+    return resolve
+
+
+def models(request: Request) -> ModelRegistry:
+    """The app's served models."""
+    registry: ModelRegistry = request.app.state.models
+    return registry

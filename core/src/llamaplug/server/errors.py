@@ -1,0 +1,79 @@
+"""The API's errors: one shape ({"error": {"message", "type", "param", "code"}}, as OpenAI's) and one mapping to it.
+
+A route raises what it has: an `ApiError` for a fault the server itself finds (an
+empty input, an unknown model), or the library's own `LlamaError`; FastAPI raises
+`RequestValidationError` for a body that does not fit the schema and `HTTPException`
+for an unknown path or method. `install` makes `handle` the handler of all four, and
+`as_api_error` is the one place that gives each its status and shape.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from ..errors import ClosedError, LlamaError
+from .schemas import ErrorBody
+
+# For a route's `responses=`: the statuses its errors may have, in the OpenAPI document.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 404, 503)}
+
+# LlamaError subclasses that are not the client's fault: (status, type, code). Any other is a 400 naming its field.
+_NOT_THE_CLIENTS: dict[type[LlamaError], tuple[int, str, str]] = {
+    ClosedError: (503, "server_error", "closed"),
+}
+
+
+class ApiError(Exception):
+    """An error response: HTTP `status`, OpenAI's error `kind` (its "type"), the request field `param`, a `code`."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None):
+        super().__init__(message)
+        self.status, self.kind, self.param, self.code = status, kind, param, code
+
+
+def as_api_error(exc: Exception) -> ApiError:
+    """The status and error shape of what a request raised."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, LlamaError):
+        for kind in type(exc).__mro__:
+            if kind in _NOT_THE_CLIENTS:
+                status, error_type, code = _NOT_THE_CLIENTS[kind]
+                return ApiError(status, str(exc), error_type, code=code)
+        return ApiError(400, str(exc), param=getattr(exc, "field", None), code=type(exc).__name__)
+    if isinstance(exc, RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
+        if first.get("type") == "json_invalid":
+            return ApiError(400, f"the body is not valid JSON: {first.get('msg', '')}", param="body")
+        return ApiError(400, f"{where or 'body'}: {first.get('msg', 'invalid')}", param=where)
+    if isinstance(exc, HTTPException):
+        return ApiError(exc.status_code, str(exc.detail))
+    raise TypeError(f"no API error for {type(exc).__name__}")  # install() registers `handle` for the kinds above only
+
+
+def response(exc: ApiError) -> JSONResponse:
+    body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.code}}
+    return JSONResponse(body, status_code=exc.status)
+
+
+async def handle(request: Request, exc: Exception) -> JSONResponse:
+    return response(as_api_error(exc))
+
+
+def install(app: FastAPI) -> None:
+    """Make `handle` the app's handler of every error a request can end with."""
+    for kind in (ApiError, LlamaError, RequestValidationError, HTTPException):
+        app.add_exception_handler(kind, handle)
+
+
+def in_stream(exc: LlamaError) -> str:
+    """An error once a stream's status line is sent: it goes in the stream, as one event's JSON."""
+    return json.dumps({"error": {"message": str(exc), "type": "server_error", "code": type(exc).__name__}})

@@ -1,0 +1,34 @@
+"""/v1/embeddings: one vector per input text, as floats or base64 (little-endian float32)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+
+from ..deps import served_model
+from ..errors import ERROR_RESPONSES, ApiError
+from ..registry import Served
+from ..schemas import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage
+
+router = APIRouter()
+
+
+@router.post("/v1/embeddings", response_model=EmbeddingList, responses=ERROR_RESPONSES)
+async def embeddings(body: EmbeddingRequest, served: Annotated[Served, Depends(served_model(EmbeddingRequest))]
+                     ) -> Any:
+    texts = [body.input] if isinstance(body.input, str) else body.input
+    if not texts:
+        raise ApiError(400, "input is empty", param="input")
+    vectors = await served.allama.embed(texts, pooling=served.pooling)
+    n_tokens = sum(len(served.llama.tokenize(t)) for t in texts)
+    data = [Embedding(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
+    return EmbeddingList(data=data, model=served.id, usage=EmbeddingUsage(prompt_tokens=n_tokens,
+                                                                          total_tokens=n_tokens))
+
+
+def _encode(vector: Any, encoding: str) -> list[float] | str:
+    if encoding == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode()
+    return vector.astype(float).tolist()

@@ -1,0 +1,46 @@
+"""How a route answers over time: server-sent events, and work that stops when its client goes away."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from ..errors import LlamaError
+from .errors import ApiError, in_stream
+
+T = TypeVar("T")
+
+
+def sse(payloads: AsyncIterator[str]) -> StreamingResponse:
+    """Each JSON payload as one event, then [DONE]; a LlamaError met on the way is the last payload."""
+    return StreamingResponse(_events(payloads), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _events(payloads: AsyncIterator[str]) -> AsyncIterator[str]:
+    try:
+        async for payload in payloads:
+            yield f"data: {payload}\n\n"
+    except LlamaError as exc:  # the status line is sent: the error goes in the stream
+        yield f"data: {in_stream(exc)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+async def gathered(items: AsyncIterator[T]) -> list[T]:
+    """Every item of `items` (an awaitable for unless_gone)."""
+    return [item async for item in items]
+
+
+async def unless_gone(request: Request, work: Awaitable[T]) -> T:
+    """Run `work`, cancelling it if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=0.05)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            raise ApiError(499, "the client went away")
