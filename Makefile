@@ -42,7 +42,7 @@ native: $(BIN)/python
 	$(BIN)/python vendor/llama.cpp/native_tools.py
 
 lint: $(BIN)/tox
-	$(BIN)/ruff check core plugins tests vendor
+	$(BIN)/ruff check core plugins tests vendor scripts
 
 # Every distribution this machine can build, every x86 CPU variant, and the wheels they depend on,
 # so that `pip install --no-index --find-links dist llamaplug llamaplug-backend-cpu` works offline.

@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 from fixtures.adapters import control_vector, write_control_vector, write_lora
-from support import THREADS
+from llamaplug_testing import THREADS
 
 import llamaplug as lp
 

@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support import run_isolated
+from llamaplug_testing import run_isolated
 
 TESTS = Path(__file__).resolve().parent
 PROFILES = {
@@ -57,8 +57,8 @@ def test_api_misuse_state_machine(tiny_model):
         profile = "ci"
     timeout = 1800 if profile == "long" else 600
     proc = run_isolated(
-        f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_api_misuse as t; "
-        f"t.child_main({str(tiny_model)!r}, {profile!r})",
+        f"import test_api_misuse as t; t.child_main({str(tiny_model)!r}, {profile!r})",
+        path=str(TESTS),
         timeout=timeout,
     )
     tail = f"stdout:\n{proc.stdout[-6000:]}\nstderr:\n{proc.stderr[-6000:]}"

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from support import THREADS
+from llamaplug_testing import THREADS
 
 import llamaplug as lp
 

@@ -27,7 +27,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support import THREADS, run_isolated
+from llamaplug_testing import THREADS, run_isolated
 
 # -- the child's side --------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from support import THREADS, run_isolated
+from llamaplug_testing import THREADS, run_isolated
 
 import llamaplug as lp
 from llamaplug import raw

@@ -7,7 +7,7 @@ is rendered by it and by llamaplug, and the prompt strings must be equal.
 from __future__ import annotations
 
 import pytest
-from support import llama_server, post_json
+from llamaplug_testing import llama_server, post_json
 
 from llamaplug.high.chat import check_messages, render_prompt
 

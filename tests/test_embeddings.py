@@ -7,7 +7,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from support import THREADS
+from llamaplug_testing import THREADS
 
 import llamaplug as lp
 

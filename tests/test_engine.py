@@ -7,7 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from support import THREADS
+from llamaplug_testing import THREADS
 
 import llamaplug as lp
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from fixtures import gguf_fuzz
 from fixtures.tiny_gguf import N_VOCAB, write_tiny_model
-from support import THREADS, run_isolated
+from llamaplug_testing import THREADS, run_isolated
 
 SEED = 20240601
 SLICE = 300

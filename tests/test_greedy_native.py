@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from support import THREADS
+from llamaplug_testing import THREADS
 
 import llamaplug as lp
 

@@ -53,7 +53,7 @@ def test_infill_generates(fim_model):
 
 def test_infill_equals_llama_servers(native_tools, fim_model, tmp_path):
     """The pin's llama-server /infill on the same (tiny, FIM-token) model: the same greedy tokens."""
-    from support import llama_server, post_json
+    from llamaplug_testing import llama_server, post_json
 
     path = write_tiny_model(tmp_path / "tiny-fim.gguf", FIM)
     with llama_server(native_tools, path, "-c", "128") as port:

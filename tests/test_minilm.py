@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 from fixtures import minilm
-from support import THREADS
+from llamaplug_testing import THREADS
 
 import llamaplug as lp
 from llamaplug.raw import lib

@@ -7,13 +7,10 @@ Each load runs in a child process, because RPC servers join a process for good.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from llamaplug_testing import run_isolated
 
 import llamaplug as lp
 
@@ -42,11 +39,7 @@ def child(model: str, rpc: str, body: str) -> dict:
                 return tokens, llama.model.fit
         out = {{}}
     """) + textwrap.dedent(body) + "\nprint('RESULT', json.dumps(out, default=str))\n"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ))
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line.split(" ", 1)[1])
+    return run_isolated(code, timeout=600, result=True)
 
 
 def offloaded(log: list[str]) -> int:

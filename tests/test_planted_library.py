@@ -21,7 +21,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from support import THREADS
+from llamaplug_testing import THREADS
 
 PLANTED = ["libggml-cpu-planted.so", "libggml-cuda.so", "libggml-cuda-planted.so", "libggml-rpc-planted.so",
            "libggml-vulkan.so", "libggml-blas.so", "libggml-anything.so"]

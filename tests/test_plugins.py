@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from llamaplug_testing import run_isolated as child
 
 import llamaplug as lp
 from llamaplug import plugins
-
-
-def child(code: str, env: dict[str, str] | None = None, path: str | None = None) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ, **(env or {}))
-    if path:
-        full_env["PYTHONPATH"] = path + os.pathsep + full_env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120, env=full_env)
 
 
 def test_no_backend_plugin_names_the_package():

@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from support import THREADS, run_isolated
+from llamaplug_testing import THREADS, run_isolated
 
 import llamaplug as lp
 

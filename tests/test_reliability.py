@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from support import THREADS, run_isolated
+from llamaplug_testing import THREADS, run_isolated
 
 import llamaplug as lp
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fixtures.tiny_gguf import write_tiny_reranker
-from support import llama_server, post_json
+from llamaplug_testing import llama_server, post_json
 
 import llamaplug as lp
 

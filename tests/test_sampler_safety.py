@@ -8,11 +8,10 @@ instead of killing pytest.
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import pytest
-from support import THREADS, run_isolated
+from llamaplug_testing import THREADS, run_isolated
 
 PRELUDE = f"""
 import json
@@ -35,10 +34,7 @@ def outcome(fn):
 
 
 def child(body: str) -> dict:
-    done = run_isolated(PRELUDE + textwrap.dedent(body) + "\nprint('RESULT ' + json.dumps(out))")
-    assert done.returncode == 0, f"the child died (exit {done.returncode}):\n{done.stderr[-3000:]}"
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return run_isolated(PRELUDE + textwrap.dedent(body) + "\nprint('RESULT ' + json.dumps(out))", result=True)
 
 
 def test_seed001_chain_completes_and_a_seed_repeats_its_text():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fixtures.tiny_gguf import write_tiny_model
-from support import THREADS
+from llamaplug_testing import THREADS
 
 import llamaplug as lp
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support import THREADS, run_isolated
+from llamaplug_testing import THREADS, run_isolated
 
 import llamaplug as lp
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import openai
 import pytest
-from support import THREADS, llamaplug_server
+from llamaplug_testing import THREADS, llamaplug_server
 
 import llamaplug as lp
 

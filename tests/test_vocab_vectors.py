@@ -24,45 +24,13 @@ import difflib
 from pathlib import Path
 
 import pytest
+from llamaplug_testing.vocab_vectors import SEP, read_tests
 
 import llamaplug as lp
 
 REQUIRED = ("llama-spm", "llama-bpe", "gpt-2", "qwen2", "phi-3")
-SEP = b"\n__ggml_vocab_test__\n"
 VOCAB_TYPE_WPM = 3  # LLAMA_VOCAB_TYPE_WPM
 CLEANED_BEFORE = b"?!.,'"
-
-
-def _strip(line: bytes) -> bytes:
-    """common.cpp string_strip: trim std::isspace characters on both ends."""
-    return line.strip(b" \t\n\v\f\r")
-
-
-def read_tests(inp: Path, out: Path) -> tuple[dict[bytes, list[int]], int, int]:
-    """test-tokenizer-0.cpp read_tests(): {input bytes: expected ids}, plus the raw case counts."""
-    sraw = inp.read_bytes()
-    sout = out.read_bytes().split(b"\n")
-    if sout and sout[-1] == b"":  # std::getline yields no line after a final newline
-        sout.pop()
-
-    sinp: list[bytes] = []
-    pos = 0
-    while pos < len(sraw):
-        nxt = sraw.find(SEP, pos)
-        if nxt == -1:
-            sinp.append(sraw[pos:])
-            break
-        sinp.append(sraw[pos:nxt])
-        pos = nxt + len(SEP)
-
-    assert len(sinp) == len(sout), (
-        f"{inp.name}: {len(sinp)} inputs but {out.name} has {len(sout)} lines (native read_tests rejects this)"
-    )
-    tests: dict[bytes, list[int]] = {}
-    for s, line in zip(sinp, sout):
-        o = _strip(line)
-        tests[s] = [int(tok) for tok in o.split(b" ")] if o else []
-    return tests, len(sinp), len(sout)
 
 
 def _only_clean_spaces(src: bytes, detok: bytes) -> bool:

@@ -15,7 +15,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from support import REPO, THREADS
+from llamaplug_testing import REPO, THREADS
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from llamaplug_testing import run_isolated
 
 
 def _installed() -> tuple[Path, dict[str, str]] | None:
@@ -67,12 +67,11 @@ def test_runtime_libraries_resolve_from_the_nvidia_wheels():
             assert "site-packages/nvidia" in str(where[0]), where
 
 
-@pytest.mark.skipif(os.path.exists("/proc/driver/nvidia"), reason="an NVIDIA driver is here: tests/test_cuda.py")
+@pytest.mark.skipif(os.path.exists("/proc/driver/nvidia"), reason="an NVIDIA driver is here: test_cuda.py")
 def test_without_a_driver_the_probe_says_why_and_cpu_runs():
     code = ("import dataclasses, json, llamaplug as lp; b = lp.LlamaBackend.init(); "
             "print(json.dumps([dataclasses.asdict(s) for s in b.backends()]))")
-    env = {k: v for k, v in os.environ.items() if k != "LLAMAPLUG_BACKENDS"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    done = run_isolated(code, env={"LLAMAPLUG_BACKENDS": None})
     assert done.returncode == 0, done.stderr[-2000:]
     statuses = {s["name"]: s for s in json.loads(done.stdout.strip().splitlines()[-1])}
     cuda = statuses["cuda"]

@@ -1,7 +1,8 @@
 """Fuzz the bitmap decoders (stb_image, miniaudio through mtmd-helper) with corrupted files.
 
 Run by test_mtmd_fuzz.py in a child interpreter, so that a crash is a failed test, not a dead
-pytest: `python _mtmd_fuzz_run.py TEXT MMPROJ AUDIO_MMPROJ JPEG CASES SEED`. Each case is one
+pytest: `PYTHONPATH=tests python _mtmd_fuzz_run.py TEXT MMPROJ AUDIO_MMPROJ JPEG CASES SEED`
+(tests/ for the seed files' builders, tests/fixtures). Each case is one
 mutation of a valid seed file (PNG, BMP, JPEG through the vision projector, WAV, MP3 through the
 audio one); it must give a bitmap (which is then tokenised, i.e. preprocessed by the projector:
 resized / turned into mel spectrograms) or a LlamaError subclass. Prints each case before
@@ -18,13 +19,10 @@ import zlib
 from collections import Counter
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2] / "tests"))
+from fixtures.tiny_mmproj import bmp_bytes, png_bytes, sample_image, sample_tone, wav_bytes
+from llamaplug_mtmd import DEFAULT_MARKER, MtmdBitmap, MtmdContext, MtmdParams
 
-from fixtures.tiny_mmproj import bmp_bytes, png_bytes, sample_image, sample_tone, wav_bytes  # noqa: E402
-from llamaplug_mtmd import DEFAULT_MARKER, MtmdBitmap, MtmdContext, MtmdParams  # noqa: E402
-
-import llamaplug as lp  # noqa: E402
+import llamaplug as lp
 
 MAX_PIXELS = 4_000_000  # successful decodes larger than this are not preprocessed (time, not safety)
 BOUNDARY = [0x00, 0x01, 0x7F, 0x80, 0xFE, 0xFF]

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[3]
-if str(REPO / "tests") not in sys.path:
-    sys.path.insert(0, str(REPO / "tests"))
+from llamaplug_testing import THREADS
 
 pytest.importorskip("llamaplug_mtmd._cffi", reason="llamaplug-mtmd is not built here (pip install ./plugins/mtmd)")
-
-from support import THREADS  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from llamaplug_mtmd import (
     capabilities,
 )
 from llamaplug_mtmd._lib import ffi, lib
-from support import CHATML, THREADS, greedy
+from llamaplug_testing import CHATML, THREADS, greedy
 
 import llamaplug as lp
 

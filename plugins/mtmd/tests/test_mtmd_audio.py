@@ -13,7 +13,7 @@ from llamaplug_mtmd import (
     UnsupportedMediaError,
     capabilities,
 )
-from support import CHATML, greedy
+from llamaplug_testing import CHATML, greedy
 
 
 def test_audio_capabilities(audio, mtmd_files):

@@ -7,25 +7,19 @@ case that caused it, instead of killing pytest.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from support import REPO
+from llamaplug_testing import REPO, run_isolated
 
 CASES = 1500
 
 
-def test_fuzz_bitmap_decoders(mtmd_files):
-    sys.path.insert(0, str(REPO / "vendor" / "llama.cpp"))
-    import fetch
-
-    jpeg = fetch.materialise() / "tools" / "mtmd" / "test-1.jpeg"  # the pin's own sample (not committed here)
+def test_fuzz_bitmap_decoders(mtmd_files, llama_cpp_dir):
+    jpeg = llama_cpp_dir / "tools" / "mtmd" / "test-1.jpeg"  # the pin's own sample (not committed here)
     script = Path(__file__).with_name("_mtmd_fuzz_run.py")
     args = [mtmd_files["text"], mtmd_files["mmproj"], mtmd_files["mmproj_audio"], jpeg, CASES, 20251123]
-    run = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True, timeout=900,
-                         env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+    # tests/ on the child's path: it builds its seed files with tests/fixtures/tiny_mmproj.py
+    run = run_isolated(script, *map(str, args), path=str(REPO / "tests"), timeout=900)
     last = run.stdout.strip().splitlines()[-1:] or ["(no output)"]
     assert run.returncode == 0, f"the child died (rc {run.returncode}) at: {last[0]}\n{run.stderr[-3000:]}"
     summary = json.loads(last[0])

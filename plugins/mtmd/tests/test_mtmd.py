@@ -12,17 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from fixtures.tiny_gguf import write_tiny_model
-from fixtures.tiny_mmproj import (
-    bmp_bytes,
-    png_bytes,
-    sample_image,
-    sample_tone,
-    wav_bytes,
-    write_tiny_audio_mmproj,
-    write_tiny_mmproj,
-)
-from support import CHATML, REPO, THREADS, greedy
+from fixtures.tiny_mmproj import bmp_bytes, png_bytes, sample_image, sample_tone, wav_bytes
+from llamaplug_testing import CHATML, REPO, THREADS, greedy
 
 pytest.importorskip("llamaplug_mtmd._cffi", reason="llamaplug-mtmd is not built here (pip install ./plugins/mtmd)")
 
@@ -35,10 +26,10 @@ N_PREDICT = 16
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
+def files(mtmd_files, tmp_path_factory):
+    """The tiny text model and projectors (conftest's mtmd_files) and the media these comparisons use."""
     root = tmp_path_factory.mktemp("mtmd-parity")
-    out = {"text": write_tiny_model(root / "text.gguf"), "image": write_tiny_mmproj(root / "mmproj.gguf"),
-           "audio": write_tiny_audio_mmproj(root / "mmproj-audio.gguf")}
+    out = {"text": mtmd_files["text"], "image": mtmd_files["mmproj"], "audio": mtmd_files["mmproj_audio"]}
     for name, data in (("a.png", png_bytes(sample_image(seed=1))), ("b.bmp", bmp_bytes(sample_image(60, 20, 2))),
                        ("c.png", png_bytes(sample_image(50, 50, 3))), ("d.wav", wav_bytes(sample_tone(1.5, hz=300)))):
         (root / name).write_bytes(data)
@@ -187,7 +178,7 @@ def test_the_server_takes_image_parts(files):
     import base64
 
     import openai
-    from support import llamaplug_server
+    from llamaplug_testing import llamaplug_server
 
     png = base64.b64encode(files["a.png"].read_bytes()).decode()
     image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}

@@ -11,20 +11,18 @@ streaming, the CLI, and the errors.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from fixtures import tokenizer_corpus
+from llamaplug_testing import run_isolated
+from llamaplug_testing.vocab_vectors import read_tests
 from llamaplug_tokenizer_hf import HFTokenizer
 from llamaplug_tokenizer_hf import _pre as pre_table
 from llamaplug_tokenizer_hf.attached import sample_ids
 from llamaplug_tokenizer_hf.export import HANGUL_TAG, export
-from test_vocab_vectors import read_tests
 
 import llamaplug as lp
 
@@ -231,8 +229,8 @@ def test_without_the_plugin_hf_is_an_error_naming_the_package(smollm2_path: Path
             "try:\n"
             f"    lp.LlamaModel({str(smollm2_path)!r}, lp.ModelParams(vocab_only=True, tokenizer='hf:/x.json'))\n"
             "except lp.TokenizerError as e:\n    print('ERR', e)\n")
-    env = dict(os.environ, LLAMAPLUG_PLUGINS="backend_cpu")  # every plugin but the CPU backend is left out
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    env = {"LLAMAPLUG_PLUGINS": "backend_cpu"}  # every plugin but the CPU backend is left out
+    done = run_isolated(code, env=env)
     assert "ERR" in done.stdout and "llamaplug-tokenizer-hf" in done.stdout, done.stdout + done.stderr
 
 

@@ -1,13 +1,9 @@
-"""Helpers the tests import (`from support import ...`): paths, the thread count, subprocess and server helpers.
-
-Kept apart from conftest.py, whose module name a plugin's own tests/conftest.py would shadow.
-"""
+"""Servers for the tests: the pin's native llama-server and `llamaplug serve`, each on a free loopback port."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,15 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-THREADS = 2
-CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
-
-
-def run_isolated(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run code in a fresh interpreter, so a crash fails the test instead of killing pytest."""
-    env = dict(os.environ, PYTHONFAULTHANDLER="1")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+from .settings import THREADS
 
 
 def free_port() -> int:
@@ -84,18 +72,3 @@ def post_json(port: int, path: str, body: dict) -> dict:
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as resp:
         return json.loads(resp.read())
-
-
-def greedy(model, ctx, n: int) -> list[int]:
-    """n greedy tokens from the context's last logits, stopping at end of generation (as llama-mtmd-cli)."""
-    import llamaplug as lp
-
-    chain = lp.SamplerChain().greedy()
-    out: list[int] = []
-    for _ in range(n):
-        token = chain.sample(ctx, -1)
-        if model.token_is_eog(token):
-            break
-        out.append(token)
-        ctx.decode_single(token)
-    return out

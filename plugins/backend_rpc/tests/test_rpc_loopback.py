@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from llamaplug_testing import run_isolated
 
 PROMPT = "The capital of France is"
 
@@ -27,8 +25,7 @@ def generate(model: str, rpc: list[str]) -> dict:
             out = llama.create_completion({PROMPT!r}, max_tokens=24, sampler=lp.SamplerChain().greedy())
         print(json.dumps({{"tokens": out.tokens, "log": lines}}))
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ))
+    done = run_isolated(code, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-from backend_child import PROMPTS, TEXT, assert_agrees_with_cpu, child_env, offloaded_layers, run_child, status
+from llamaplug_testing.gpu import PROMPTS, TEXT, assert_agrees_with_cpu, child_env, offloaded_layers, run_child, status
 
 
 def _driver() -> str | None:

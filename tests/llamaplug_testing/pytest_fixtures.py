@@ -1,4 +1,8 @@
-"""Shared fixtures: the pinned tree, the real test model, the native reference tools."""
+"""The shared pytest fixtures: the pinned tree, the real test model, the native reference tools, an RPC server.
+
+Loaded for every test folder by the root conftest.py (`pytest_plugins`); `fetch` and `native_tools` are
+vendor/llama.cpp's, on the path through the root pyproject's `pythonpath`.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "vendor" / "llama.cpp"))
-
-from support import REPO, THREADS, free_port, llama_server, llamaplug_server, post_json, run_isolated  # noqa: E402, F401
+from .servers import free_port
+from .settings import THREADS
 
 
 @pytest.fixture(scope="session")
@@ -77,5 +80,3 @@ def rpc_server():
     yield f"127.0.0.1:{port}"
     server.terminate()
     server.wait(timeout=30)
-
-

@@ -10,11 +10,10 @@ and the plugin with `pip install --no-build-isolation ./plugins/backend_vulkan`.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from backend_child import PROMPTS, TEXT, assert_agrees_with_cpu, child_env, offloaded_layers, run_child, status
+from llamaplug_testing import run_isolated
+from llamaplug_testing.gpu import PROMPTS, TEXT, assert_agrees_with_cpu, child_env, offloaded_layers, run_child, status
 
 pytestmark = pytest.mark.vulkan
 
@@ -41,8 +40,7 @@ def lavapipe(vulkan_plugin) -> str:
     """The index (for GGML_VK_VISIBLE_DEVICES) of Mesa's lavapipe among the Vulkan devices."""
     code = ("import ctypes, json; from llamaplug_backend_vulkan import probe as v; "
             "print(json.dumps(v.vulkan_devices(ctypes.CDLL(v._LOADER))))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env=child_env())
+    done = run_isolated(code, timeout=60, env=child_env())
     assert done.returncode == 0, f"could not list the Vulkan devices:\n{done.stderr[-3000:]}"
     devices, why = json.loads(done.stdout.strip().splitlines()[-1])
     assert devices is not None, f"Vulkan does not run here: {why}"
@@ -68,8 +66,7 @@ def test_probe_without_a_driver_says_why_and_cpu_runs(vulkan_plugin, smollm2_pat
 
 def test_probe_names_cpu_type_devices_and_the_variable(vulkan_plugin, lavapipe):
     code = "import json; from llamaplug_backend_vulkan import probe as v; print(json.dumps(v.probe()))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=child_env())
+    done = run_isolated(code, env=child_env())
     assert done.returncode == 0, done.stderr[-3000:]
     verdict = json.loads(done.stdout.strip().splitlines()[-1])
     if verdict["ok"]:  # a real GPU is there too: lavapipe is simply not needed

@@ -7,13 +7,12 @@ pytest, so every run is a child process that prints one JSON result.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import time
 
 import numpy as np
+
+from .child import run_isolated
 
 # Teacher forcing: one batch decode of this text with logits for every position.
 TEXT = ("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
@@ -64,25 +63,18 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def child_env(**changes: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("LLAMAPLUG_BACKENDS", "GGML_VK_VISIBLE_DEVICES", "VK_ICD_FILENAMES", "VK_DRIVER_FILES",
-                        "CUDA_VISIBLE_DEVICES")}
-    env["PYTHONFAULTHANDLER"] = "1"
-    env.update({k: v for k, v in changes.items() if v is not None})
-    return env
+def child_env(**changes: str | None) -> dict[str, str | None]:
+    """run_isolated's env: no backend or device selection inherited from this process, and `changes`."""
+    return {**dict.fromkeys(("LLAMAPLUG_BACKENDS", "GGML_VK_VISIBLE_DEVICES", "VK_ICD_FILENAMES", "VK_DRIVER_FILES",
+                              "CUDA_VISIBLE_DEVICES")), **{k: v for k, v in changes.items() if v is not None}}
 
 
-def run_child(model, env: dict[str, str], *, text: str = "", logits: str = "", prompts=PROMPTS,
+def run_child(model, env: dict[str, str | None], *, text: str = "", logits: str = "", prompts=PROMPTS,
               max_tokens: int = 1, params: dict | None = None) -> dict:
     args = {"model": str(model), "text": text, "logits": logits, "prompts": prompts, "max_tokens": max_tokens,
             "params": params or {}}
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], capture_output=True, text=True,
-                          timeout=CHILD_TIMEOUT, env=env)
-    assert done.returncode == 0, f"child failed (rc {done.returncode}):\n{done.stderr[-4000:]}"
-    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT "))
-    result = json.loads(line[len("RESULT "):])
+    result = run_isolated(CHILD, json.dumps(args), env=env, timeout=CHILD_TIMEOUT, result=True)
     result["wall_s"] = time.monotonic() - t0
     return result
 
@@ -91,8 +83,6 @@ def status(result: dict, name: str) -> dict:
     found = [s for s in result["backends"] if s["name"] == name]
     assert found, f"no {name} backend in {result['backends']}"
     return found[0]
-
-
 
 
 def offloaded_layers(result: dict) -> tuple[int, int]:
