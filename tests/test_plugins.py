@@ -346,7 +346,7 @@ TEXT_TURN = [{"role": "user", "content": "The capital of France is"}]
 
 
 def test_a_projector_plugin_makes_the_chat_prompt_of_media_messages(fake_plugins, smollm2_path, tmp_path):
-    from support import THREADS
+    from llamaplug_testing import THREADS
 
     from llamaplug.plugin_api import MediaPrompt, Projector
 
