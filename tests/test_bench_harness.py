@@ -83,3 +83,16 @@ def test_render_prints_an_earlier_file():
     assert r.stdout.startswith(f"{path.name}: ")
     tg = next(ln for ln in r.stdout.splitlines() if "tg >= 0.98x native" in ln and "(paired " in ln)
     assert tg.split()[-1] in ("met", "MISSED")
+
+
+def test_prompt_rate_reads_the_whole_prompt_every_run(llama):
+    # The engine keeps a slot's tokens for a later request with the same prefix; prompt_rate must
+    # forget them between runs (it raises if a run reused any), or pp reports one token's time.
+    from llamaplug.bench import prompt_rate
+
+    tokens = llama.tokenize("The history of the bicycle begins in the early nineteenth century. " * 8)
+    llama.create_completion(tokens, max_tokens=1)  # a cached copy for the first run to find
+    reused = llama.engine.stats.cached_tokens
+    out = prompt_rate(llama, tokens, 3)
+    assert out["tokens"] == len(tokens) and len(out["samples_ms"]) == 3
+    assert llama.engine.stats.cached_tokens == reused

@@ -285,3 +285,45 @@ def test_planted_plugin_and_private_imports_are_found(tmp_path):
     assert [b.split(": ", 1)[1] for b in core_imports_outside_the_plugin_api([planted])] == [
         "llamaplug.blocks import _native_log", "llamaplug.errors import _DECODE_CODES", "llamaplug._version",
         "llamaplug.blocks", "llamaplug.blocks.model"]
+
+
+def foreign_private_attributes(paths: list[Path], root: Path = PLUGINS) -> list[str]:
+    """`obj._name` in `paths` where obj is not self/cls and no file of `paths` defines `_name` itself.
+
+    A plugin reaches the core's objects through their public methods (`raw_handle()`, `vocab_handle()`,
+    `add_dependent()`, `note_decoded()`, ...); private names of its own classes are its business. By name:
+    a name the plugin defines for itself (a `_ptr` property of its own handle class) passes everywhere.
+    """
+    trees = [(p, ast.parse(p.read_text(), str(p))) for p in paths]
+    own: set[str] = set()
+    for _, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                  and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                own.add(node.attr)
+    bad = []
+    for p, tree in trees:
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+                    and node.attr not in own):
+                bad.append(f"{p.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    return bad
+
+
+def test_plugins_use_no_private_attribute_of_the_core():
+    if not PLUGINS.is_dir():
+        pytest.skip(f"no plugins folder beside the core ({PLUGINS}): the core alone")
+    bad = [line for src in sorted(PLUGINS.glob("*/src")) for line in foreign_private_attributes(_sources(src))]
+    assert not bad, "a plugin reads a private attribute of a core object:\n" + "\n".join(bad)
+
+
+def test_a_planted_private_attribute_is_found(tmp_path):
+    mine = tmp_path / "mine.py"
+    mine.write_text("class A:\n    _kind = 'a'\n\n"
+                    "def f(model, a):\n    return model._vocab_ptr, a._kind, model.raw_handle()\n")
+    assert foreign_private_attributes([mine], tmp_path) == ["mine.py:5: model._vocab_ptr"]

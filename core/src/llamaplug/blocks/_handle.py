@@ -33,6 +33,15 @@ class NativeHandle:
             raise ClosedError(f"this {self._what} is closed")
         return raw
 
+    def raw_handle(self) -> Any:
+        """The native pointer, for a plugin's own C calls (valid while this object is open)."""
+        return self._ptr
+
+    def add_dependent(self, dependent: NativeHandle) -> None:
+        """Close `dependent` before this object (a plugin's object that holds this one's pointer)."""
+        self._ptr  # noqa: B018 - a closed owner says so
+        self._dependents.add(dependent)
+
     @property
     def closed(self) -> bool:
         return getattr(self, "_raw", None) is None

@@ -91,9 +91,12 @@ class LlamaContext(ContextState, ContextAdapters):
         self._outputs = np.zeros(0, dtype=np.int8)
         pm.hook.llamaplug_context_created(context=self)
 
-    def raw_handle(self) -> Any:
-        """The `llama_context *` for the raw layer (valid while this context is open)."""
-        return self._ptr
+    def note_decoded(self, outputs: np.ndarray, n_past: int | None = None) -> None:
+        """Record a decode made outside this object (a plugin's helper): which tokens of its last batch have
+        outputs (int8, as LlamaBatch.logits) and, for sequence 0, the next position."""
+        self._outputs = outputs
+        if n_past is not None:
+            self.n_past = n_past
 
     # -- sizes ---------------------------------------------------------------
     @property

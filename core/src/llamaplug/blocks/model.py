@@ -229,6 +229,10 @@ class LlamaModel(NativeHandle):
         self._ptr  # noqa: B018 - raises ClosedError once closed
         return self._vocab
 
+    def vocab_handle(self) -> Any:
+        """The `llama_vocab *`, for a plugin's own C calls (valid while this model is open)."""
+        return self._vocab_ptr
+
     def special_token(self, name: str) -> int | None:
         """The vocabulary's `name` token (one of SPECIAL_TOKENS: "bos", "sep", "fim_pre", ...), None if it has none."""
         if name not in SPECIAL_TOKENS:

@@ -92,7 +92,7 @@ class MtmdContext(NativeHandle):
         c.image_min_tokens = params.image_min_tokens
         c.image_max_tokens = params.image_max_tokens
         with capture_errors() as errors:
-            ptr = lib.mtmd_init_from_file(os.fsencode(path), model._ptr, c)
+            ptr = lib.mtmd_init_from_file(os.fsencode(path), model.raw_handle(), c)
         if ptr == ffi.NULL:
             mismatch = [line for line in errors if "mismatch between text model" in line]
             if mismatch:
@@ -100,7 +100,7 @@ class MtmdContext(NativeHandle):
                                    "use the mmproj made for this model")
             raise native_error(InvalidMmprojError, f"could not load {path} as a multimodal projector", errors)
         self._adopt(ptr, lib.mtmd_free)
-        model._dependents.add(self)
+        model.add_dependent(self)
         self.model = model
         self.path = path
 
@@ -153,7 +153,7 @@ class MtmdContext(NativeHandle):
         keep = ffi.new("char[]", encoded)
         c_text.text, c_text.text_len = keep, len(encoded)
         c_text.add_special, c_text.parse_special = text.add_special, text.parse_special
-        c_bitmaps = ffi.new("mtmd_bitmap *[]", [b._ptr for b in bitmaps] or 1)
+        c_bitmaps = ffi.new("mtmd_bitmap *[]", [b.raw_handle() for b in bitmaps] or 1)
         out = lib.mtmd_input_chunks_init()
         chunks = MtmdInputChunks(out, self)
         with capture_errors() as errors:
@@ -250,7 +250,7 @@ class MtmdBitmap(NativeHandle):
         route_log()
         opt = lib.mtmd_helper_init_opt_default()
         with capture_errors() as errors:
-            owner = ctx._ptr if ctx is not None else ffi.NULL
+            owner = ctx.raw_handle() if ctx is not None else ffi.NULL
             wrapper = lib.mtmd_helper_bitmap_init_from_buf(owner, ffi.from_buffer(data), len(data), False, opt)
         if wrapper.video_ctx != ffi.NULL:  # not built (no MTMD_VIDEO); never a leak if it ever is
             lib.mtmd_helper_video_free(wrapper.video_ctx)
@@ -426,7 +426,7 @@ class MtmdInputChunks(NativeHandle):
         if llama_context.model is not self.ctx.model:
             raise InvalidParameterError("the LlamaContext is on another model than this MtmdContext's",
                                         field="llama_context")
-        mctx, lctx = self.ctx._ptr, llama_context.raw_handle()
+        mctx, lctx = self.ctx.raw_handle(), llama_context.raw_handle()
         n_past = llama_context.n_past if n_past is None else int(n_past)
         if n_past < 0:
             raise InvalidParameterError(f"n_past must be >= 0, got {n_past}", field="n_past")
@@ -484,9 +484,7 @@ def _after_eval(llama_context: LlamaContext, last: MtmdInputChunk, n_batch: int,
         outputs[-1] = 1 if logits_last else 0
     else:
         outputs = np.zeros(0, dtype=np.int8)  # embeddings batches have no logits for sampling
-    llama_context._outputs = outputs
-    if seq_id == 0:
-        llama_context.n_past = n_past
+    llama_context.note_decoded(outputs, n_past if seq_id == 0 else None)
 
 
 def check_open(*objects: NativeHandle) -> None:

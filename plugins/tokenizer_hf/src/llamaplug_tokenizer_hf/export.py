@@ -63,7 +63,7 @@ def read_vocab(path: str | os.PathLike[str]) -> VocabInfo:
     _check_supported(path, kind, pre)
     lp.LlamaBackend.init()
     with lp.LlamaModel(path, lp.ModelParams(vocab_only=True)) as model:
-        vocab = model._vocab_ptr
+        vocab = model.vocab_handle()
         n = model.n_vocab
         attrs = [int(lib.llama_vocab_get_attr(vocab, i)) for i in range(n)]
         texts_c = [ffi.string(lib.llama_vocab_get_text(vocab, i)) for i in range(n)]
