@@ -135,7 +135,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 INSPECT_JSON = """--json prints one JSON document:
   file: {path, size, version, alignment, data_offset, n_kv, n_tensors}
-  metadata: {KEY: {type, value}}; an array: {type: "array", element_type, count, values: the first 16 (all with --all)}
+  metadata: {KEY: {type, value}}; an array: {type: "array", element_type, count,
+             values: the first 16 (all with --all; null past 4M items)}
   tensors: [{name, type, shape (ggml order, ne[0] first), offset (in the file), n_elements, n_bytes}]
   totals: {n_tensors, n_parameters, n_bytes, by_type: {TYPE: {tensors, parameters, bytes}}}
   vocabulary: {model, pre, n_tokens, n_merges, special: {NAME: {id, text}}, flags: {NAME: bool},
@@ -144,11 +145,12 @@ INSPECT_JSON = """--json prints one JSON document:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .blocks.gguf_info import read_gguf_info
+    from .blocks.gguf_info import ARRAY_HEAD, read_gguf_info
 
     info = read_gguf_info(args.model)
     if args.json:
-        json.dump(info.to_json(array_items=None if args.all else 16), sys.stdout, ensure_ascii=False, indent=1)
+        json.dump(info.to_json(array_items=None if args.all else ARRAY_HEAD), sys.stdout, ensure_ascii=False,
+                  indent=2)
         sys.stdout.write("\n")
         return 0
     for line in _inspect_report(info, None if args.all else args.tensors):
@@ -179,9 +181,9 @@ def _inspect_report(info: GgufInfo, max_tensors: int | None) -> list[str]:
     width = max((len(k) for k in info.metadata), default=0)
     for key, value in info.metadata.items():
         if value.type == "array":
-            shown = ", ".join(_short(v, 24) for v in value.value[:8])
-            more = ", ..." if len(value.value) > 8 else ""
-            text = f"[{value.element_type} x {len(value.value)}] {shown}{more}"
+            shown = "(not read)" if value.value is None else ", ".join(_short(v, 24) for v in value.value[:8])
+            more = ", ..." if value.count > 8 and value.value is not None else ""
+            text = f"[{value.element_type} x {value.count}] {shown}{more}"
         elif key == "tokenizer.chat_template" or key.startswith("tokenizer.chat_template."):
             text = f"string, {len(value.value)} characters (chat template, below)"
         else:

@@ -200,11 +200,12 @@ def _read_header(p: Path, size: int, n_tensors: int, n_kv: int
             buf.close()
 
 
-def _parse(buf: Any, size: int, n_tensors: int, n_kv: int, *, keep_all: bool = False
-           ) -> tuple[dict[bytes, tuple[int, Any]], list[_Tensor], int]:
+def _parse(buf: Any, size: int, n_tensors: int, n_kv: int, *, keep_array: int = _KEEP_ARRAY,
+           keep_strings: bool = False) -> tuple[dict[bytes, tuple[int, Any]], list[_Tensor], int]:
     """The key/values, the tensor infos and the data offset; _Malformed where gguf.cpp would refuse.
 
-    keep_all: keep every array's items (`llamaplug inspect`); loading keeps only what the checks read.
+    The items of numeric arrays up to `keep_array` long are kept, and with `keep_strings` those of string
+    arrays too (`llamaplug inspect`); loading keeps only what the checks read, tokenizer.ggml.tokens.
     """
     end = min(size, len(buf))
     pos = HEADER.size
@@ -238,7 +239,7 @@ def _parse(buf: Any, size: int, n_tensors: int, n_kv: int, *, keep_all: bool = F
             if elem == T_STR:
                 if count * 8 > end - pos:
                     raise _Malformed
-                keep = keep_all or key in _KEEP_STRINGS
+                keep = key in _KEEP_STRINGS or (keep_strings and count <= keep_array)
                 items: list[bytes] | None = [] if keep else None
                 unpack = _U64.unpack_from
                 for _ in range(count):
@@ -256,7 +257,7 @@ def _parse(buf: Any, size: int, n_tensors: int, n_kv: int, *, keep_all: bool = F
                 s = _SCALARS[elem]
                 at = take(count * s.size)
                 kept = None
-                if keep_all or count <= _KEEP_ARRAY:
+                if count <= keep_array:
                     kept = struct.unpack_from(f"<{count}{s.format[-1]}", buf, at)
                 kvs[key] = (T_ARR, _Array(elem, count, kept))
             else:

@@ -44,6 +44,9 @@ VALUE_TYPES = {T_U8: "uint8", T_I8: "int8", T_U16: "uint16", T_I16: "int16", T_U
 # llama.h's llama_token_type, the values of tokenizer.ggml.token_type.
 TOKEN_TYPES = {0: "undefined", 1: "normal", 2: "unknown", 3: "control", 4: "user_defined", 5: "unused", 6: "byte"}
 ARRAY_HEAD = 16  # array items a summary shows
+# Arrays longer than this are counted, not read: a few million items hold any vocabulary, and a
+# (sparse) file cannot make inspect build a list of a billion values.
+KEEP_ITEMS = 1 << 22
 _PARSE_ERRORS = (_Malformed, struct.error, IndexError, OverflowError, MemoryError)
 
 
@@ -51,20 +54,22 @@ _PARSE_ERRORS = (_Malformed, struct.error, IndexError, OverflowError, MemoryErro
 class GgufValue:
     """One metadata value: `type` is a GGUF type name ("uint32", "string", "array", ...).
 
-    `value` is a number, a bool or a str; for an array, a tuple of them, every item, of `element_type`.
+    `value` is a number, a bool or a str; for an array of `count` items of `element_type`, a tuple of
+    every item, or None for an array longer than KEEP_ITEMS.
     """
 
     type: str
     value: Any
     element_type: str | None = None
+    count: int | None = None
 
     def summary(self, items: int | None = ARRAY_HEAD) -> dict[str, Any]:
         """The JSON form: {"type", "value"}, or for an array {"type", "element_type", "count", "values"}
-        with the first `items` values (all with None)."""
+        with the first `items` values (all with None; null for an array longer than KEEP_ITEMS)."""
         if self.type != "array":
             return {"type": self.type, "value": self.value}
-        shown = self.value if items is None else self.value[:items]
-        return {"type": "array", "element_type": self.element_type, "count": len(self.value), "values": list(shown)}
+        shown = None if self.value is None else list(self.value if items is None else self.value[:items])
+        return {"type": "array", "element_type": self.element_type, "count": self.count, "values": shown}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,20 +176,20 @@ class GgufInfo:
             name = key[len("tokenizer.ggml."):]
             if name.endswith("_token_id") and value.type != "array" and isinstance(value.value, int):
                 tid = value.value
-                text = tokens.value[tid] if 0 <= tid < len(tokens.value) else None
+                text = tokens.value[tid] if tokens.value is not None and 0 <= tid < len(tokens.value) else None
                 special[name[:-len("_token_id")]] = SpecialToken(tid, text)
             elif value.type == "bool":
                 flags[name] = value.value
         token_types: dict[str, int] = {}
         types = md.get("tokenizer.ggml.token_type")
-        if types is not None and types.type == "array":
+        if types is not None and types.type == "array" and types.value is not None:
             for t in types.value:
                 name = TOKEN_TYPES.get(t, str(t))
                 token_types[name] = token_types.get(name, 0) + 1
         merges = md.get("tokenizer.ggml.merges")
         return VocabularySummary(
-            model=string("tokenizer.ggml.model"), pre=string("tokenizer.ggml.pre"), n_tokens=len(tokens.value),
-            n_merges=len(merges.value) if merges is not None and merges.type == "array" else None,
+            model=string("tokenizer.ggml.model"), pre=string("tokenizer.ggml.pre"), n_tokens=tokens.count or 0,
+            n_merges=merges.count if merges is not None and merges.type == "array" else None,
             special=special, flags=flags, token_types=dict(sorted(token_types.items(), key=lambda kv: -kv[1])))
 
     def to_json(self, array_items: int | None = ARRAY_HEAD) -> dict[str, Any]:
@@ -222,7 +227,8 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GgufInfo:
         raise InvalidModelError(f"cannot read model file {p}: {exc.strerror}") from None
     try:
         try:
-            kvs, raw_tensors, data_offset = _parse(buf, size, header.n_tensors, header.n_kv, keep_all=True)
+            kvs, raw_tensors, data_offset = _parse(buf, size, header.n_tensors, header.n_kv,
+                                                     keep_array=KEEP_ITEMS, keep_strings=True)
         except _PARSE_ERRORS:
             # Which section: the key/values alone parse, or not (the words are gguf.cpp's).
             try:
@@ -263,12 +269,12 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GgufInfo:
 def _value(vtype: int, value: Any) -> GgufValue:
     if vtype == T_ARR:
         assert isinstance(value, _Array)
-        items = value.items or ()
-        if value.elem == T_STR:
+        items = value.items
+        if items is not None and value.elem == T_STR:
             items = tuple(s.decode("utf-8", "replace") for s in items)
-        elif value.elem == T_BOOL:
-            items = tuple(v != 0 for v in items)
-        return GgufValue("array", tuple(items), VALUE_TYPES[value.elem])
+        elif items is not None:
+            items = tuple(v != 0 for v in items) if value.elem == T_BOOL else tuple(items)
+        return GgufValue("array", items, VALUE_TYPES[value.elem], value.count)
     if vtype == T_STR:
         return GgufValue("string", value.decode("utf-8", "replace"))
     if vtype == T_BOOL:
