@@ -65,11 +65,19 @@ _MATMUL_WEIGHTS = frozenset({
     "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_up_exps", "ffn_gate_shexp", "ffn_up_shexp",
     "ffn_down_shexp", "ffn_gate_inp",
 })
-_GGML_TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1",
-                    10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS",
-                    17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS",
-                    24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M", 30: "BF16", 34: "TQ1_0",
-                    35: "TQ2_0", 39: "MXFP4", 40: "NVFP4", 41: "Q1_0", 42: "Q2_0"}
+# Every ggml type the pinned ggml knows: name, elements per block, bytes per block (ggml.c type_traits).
+# The one table of ggml type sizes in the core; tests/test_inspect.py checks it against gguf's GGML_QUANT_SIZES.
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136),
+    24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56), 30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17), 40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18), 42: ("Q2_0", 64, 18),
+}
+_GGML_TYPE_NAMES = {t: name for t, (name, _, _) in GGML_TYPES.items()}
 
 
 def check_model_path(path: str | os.PathLike[str]) -> Path:
@@ -170,6 +178,7 @@ class _Tensor:
     name: bytes
     dims: tuple[int, ...]
     ggml_type: int
+    offset: int = 0  # from the start of the tensor data
 
 
 def _read_header(p: Path, size: int, n_tensors: int, n_kv: int
@@ -191,9 +200,13 @@ def _read_header(p: Path, size: int, n_tensors: int, n_kv: int
             buf.close()
 
 
-def _parse(buf: Any, size: int, n_tensors: int, n_kv: int
-           ) -> tuple[dict[bytes, tuple[int, Any]], list[_Tensor], int]:
-    """The key/values, the tensor infos and the data offset; _Malformed where gguf.cpp would refuse."""
+def _parse(buf: Any, size: int, n_tensors: int, n_kv: int, *, keep_array: int = _KEEP_ARRAY,
+           keep_strings: bool = False) -> tuple[dict[bytes, tuple[int, Any]], list[_Tensor], int]:
+    """The key/values, the tensor infos and the data offset; _Malformed where gguf.cpp would refuse.
+
+    The items of numeric arrays up to `keep_array` long are kept, and with `keep_strings` those of string
+    arrays too (`llamaplug inspect`); loading keeps only what the checks read, tokenizer.ggml.tokens.
+    """
     end = min(size, len(buf))
     pos = HEADER.size
 
@@ -226,7 +239,7 @@ def _parse(buf: Any, size: int, n_tensors: int, n_kv: int
             if elem == T_STR:
                 if count * 8 > end - pos:
                     raise _Malformed
-                keep = key in _KEEP_STRINGS
+                keep = key in _KEEP_STRINGS or (keep_strings and count <= keep_array)
                 items: list[bytes] | None = [] if keep else None
                 unpack = _U64.unpack_from
                 for _ in range(count):
@@ -244,7 +257,7 @@ def _parse(buf: Any, size: int, n_tensors: int, n_kv: int
                 s = _SCALARS[elem]
                 at = take(count * s.size)
                 kept = None
-                if count <= _KEEP_ARRAY:
+                if count <= keep_array:
                     kept = struct.unpack_from(f"<{count}{s.format[-1]}", buf, at)
                 kvs[key] = (T_ARR, _Array(elem, count, kept))
             else:
@@ -280,8 +293,8 @@ def _parse(buf: Any, size: int, n_tensors: int, n_kv: int
         ggml_type = struct.unpack_from("<i", buf, take(4))[0]
         if not 0 <= ggml_type < GGML_TYPE_COUNT or ggml_type in GGML_REMOVED_TYPES:
             raise _Malformed
-        take(8)  # the data offset (gguf.cpp checks that offsets are consecutive)
-        tensors.append(_Tensor(name, dims, ggml_type))
+        offset = _U64.unpack_from(buf, take(8))[0]  # gguf.cpp checks that offsets are consecutive
+        tensors.append(_Tensor(name, dims, ggml_type, offset))
     data_offset = pos
     if n_tensors:
         data_offset = (pos + alignment - 1) // alignment * alignment
