@@ -7,13 +7,13 @@ PROMPT ?= The capital of France is
 export LLAMAPLUG_CPU_VARIANTS ?= host
 PIP_INSTALL := $(BIN)/python -m pip install -q --no-build-isolation
 
-.PHONY: run test build model sysdeps bench lint wheels native clean cuda cuda-wheel
+.PHONY: run test build model sysdeps test-sysdeps bench lint wheels native clean cuda cuda-wheel
 
 run: build model
 	$(BIN)/llamaplug info
 	$(BIN)/llamaplug run -n 48 "$(PROMPT)"
 
-test: sysdeps $(BIN)/tox
+test: sysdeps test-sysdeps $(BIN)/tox
 	$(BIN)/tox -e py
 
 $(BIN)/python:
@@ -26,6 +26,10 @@ $(BIN)/tox: $(BIN)/python requirements-dev.txt
 
 sysdeps:
 	scripts/sysdeps.sh patch glslc libvulkan-dev spirv-headers mesa-vulkan-drivers
+
+# The chat page's browser test drives Debian's chromium (Playwright cannot download its own here).
+test-sysdeps:
+	scripts/sysdeps.sh chromium
 
 build: sysdeps $(BIN)/tox
 	$(PIP_INSTALL) ./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan ./plugins/tokenizer_hf

@@ -23,7 +23,7 @@ import fetch  # noqa: E402
 import variants  # noqa: E402
 
 TOOLS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-tokenize", "llama-embedding", "llama-server",
-         "llama-mtmd-cli")
+         "llama-mtmd-cli", "llama-quantize", "llama-speculative-simple", "llama-lookup")
 
 
 def gpu_flags(backend: str) -> list[str]:
