@@ -7,7 +7,7 @@ PROMPT ?= The capital of France is
 export LLAMAPLUG_CPU_VARIANTS ?= host
 PIP_INSTALL := $(BIN)/python -m pip install -q --no-build-isolation
 
-.PHONY: run test build model sysdeps test-sysdeps bench lint wheels native clean cuda cuda-wheel
+.PHONY: run test build model sysdeps test-sysdeps docs docs-serve bench lint wheels native clean cuda cuda-wheel
 
 run: build model
 	$(BIN)/llamaplug info
@@ -41,6 +41,20 @@ model: $(BIN)/python
 # Benchmark against native llama.cpp and llama-cpp-python (docs/benchmarks.md); BENCH_ARGS=--quick for a smoke run.
 bench: build model
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# The documentation site (mkdocs.yml): built strictly into site/, or served with live reload on :8000.
+# The Context API and Errors pages are generated from the installed llamaplug (scripts/docs_hooks.py).
+DOCS_ENV := NO_MKDOCS_2_WARNING=1
+
+$(BIN)/mkdocs: $(BIN)/python requirements-docs.txt
+	$(BIN)/python -m pip install -q -r requirements-docs.txt
+	touch $@
+
+docs: build $(BIN)/mkdocs
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict
+
+docs-serve: build $(BIN)/mkdocs
+	$(DOCS_ENV) $(BIN)/mkdocs serve
 
 native: $(BIN)/python
 	$(BIN)/python vendor/llama.cpp/native_tools.py

@@ -1,0 +1,69 @@
+"""MkDocs hooks: pages that are generated from the code, so they cannot drift from it.
+
+A page asks for a table with a marker on a line of its own:
+
+    <!-- generated: params LlamaParams -->   every field: name, type, default, meaning
+    <!-- generated: errors -->               every LlamaError subclass: base, when it is raised
+
+They import the installed llamaplug (`make docs` runs in the dev venv).
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import re
+import typing
+from typing import Any
+
+MARKER = re.compile(r"^<!-- generated: (?P<what>\w+)(?: (?P<arg>\w+))? -->$", re.MULTILINE)
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    return MARKER.sub(lambda m: GENERATORS[m["what"]](m["arg"]), markdown)
+
+
+def params_table(name: str | None) -> str:
+    from llamaplug import params
+
+    cls = getattr(params, name or "")
+    rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    for field, info in cls.model_fields.items():
+        default = "required" if info.is_required() else _default(info)
+        meaning = (info.description or "").replace("|", "\\|")
+        rows.append(f"| `{field}` | {_type(info.annotation)} | {default} | {meaning} |")
+    return "\n".join(rows)
+
+
+def errors_table(_: str | None) -> str:
+    from llamaplug import errors
+
+    classes = [c for c in vars(errors).values()
+               if inspect.isclass(c) and issubclass(c, errors.LlamaError)]
+    classes.sort(key=lambda c: (len(c.__mro__), c.__name__))
+    rows = ["| error | is a | raised when |", "|---|---|---|"]
+    for c in classes:
+        base = ", ".join(f"`{b.__name__}`" for b in c.__bases__)
+        doc = " ".join((inspect.getdoc(c) or "").split()).replace("|", "\\|")
+        rows.append(f"| `{c.__name__}` | {base} | {doc} |")
+    return "\n".join(rows)
+
+
+def _default(info: Any) -> str:
+    if info.default_factory is not None:
+        name = getattr(info.default_factory, "__name__", "")
+        return f"`{name}()`" if name and name != "<lambda>" else f"`{info.default_factory()!r}`"
+    value = info.default
+    if isinstance(value, enum.Enum):
+        return f"`{value.name}`"
+    return f"`{value!r}`"
+
+
+def _type(annotation: Any) -> str:
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return f"`{annotation.__name__}`"
+    text = re.sub(r"\b(typing|pathlib|llamaplug\.params|collections\.abc)\.", "", str(annotation))
+    return f"`{text}`".replace("|", "\\|")
+
+
+GENERATORS = {"params": params_table, "errors": errors_table}
