@@ -223,6 +223,17 @@ def _inspect_report(info: GgufInfo, max_tensors: int | None) -> list[str]:
     return lines
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from .blocks.quantize import quantize
+
+    out = quantize(args.src, args.dst, args.type, imatrix=args.imatrix, threads=args.threads,
+                   allow_requantize=args.allow_requantize, leave_output_tensor=args.leave_output_tensor,
+                   pure=args.pure, quiet=args.quiet)
+    if not args.quiet:
+        print(f"wrote {out} ({_mib(out.stat().st_size)})", file=sys.stderr)
+    return 0
+
+
 def cmd_rpc_server(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -279,6 +290,17 @@ def parser() -> argparse.ArgumentParser:
     inspect.add_argument("--tensors", type=int, default=32, metavar="N", help="tensor rows to show (default 32)")
     inspect.add_argument("--all", action="store_true", help="every tensor row; every array item with --json")
     inspect.set_defaults(func=cmd_inspect)
+    quant = sub.add_parser("quantize", help="quantize a GGUF model (llama-quantize's types and options)")
+    quant.add_argument("src", help="GGUF model to read (F32/F16/BF16, or quantized with --allow-requantize)")
+    quant.add_argument("dst", help="GGUF file to write (written only when quantizing succeeds)")
+    quant.add_argument("type", help="Q4_K_M, Q8_0, IQ4_NL, ... (llamaplug.QUANT_TYPES; llama-quantize's names)")
+    quant.add_argument("-t", "--threads", type=int, default=0, help="0 = every hardware thread")
+    quant.add_argument("--imatrix", metavar="FILE", help="importance matrix (llama-imatrix's output)")
+    quant.add_argument("--allow-requantize", action="store_true", help="accept an already quantized SRC")
+    quant.add_argument("--leave-output-tensor", action="store_true", help="keep output.weight as it is")
+    quant.add_argument("--pure", action="store_true", help="every tensor to TYPE: no k-quant mixture")
+    quant.add_argument("-q", "--quiet", action="store_true", help="no progress bar (for scripts)")
+    quant.set_defaults(func=cmd_quantize)
     rpc = sub.add_parser("rpc-server", help="serve this machine's devices to other llamaplug processes (RPC)")
     rpc.add_argument("--host", default="127.0.0.1", help="default loopback; RPC has no authentication")
     rpc.add_argument("--port", type=int, default=50052)

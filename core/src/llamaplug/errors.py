@@ -123,6 +123,11 @@ class InvalidGrammarError(InvalidParameterError):
         self.line, self.column, self.reason, self.path = line, column, reason, path
 
 
+class QuantizeError(LlamaError):
+    """llama_model_quantize refused or failed (requantizing without allow_requantize, a type that needs an
+    imatrix, an unwritable output): the message carries llama.cpp's reason."""
+
+
 # llama_decode's documented return codes (llama.h).
 _DECODE_CODES = {
     1: "no KV-cache slot for the batch: the context is full (reduce the batch or increase n_ctx)",
