@@ -193,6 +193,8 @@ def _progress(progress: ProgressFn | None, quiet: bool, desc: str) -> Iterator[C
             bar.total = total
             bar.set_postfix_str(tensor, refresh=False)
             bar.update(n - bar.n)
+            if n == total:
+                bar.refresh()  # tqdm draws at most every 0.1 s: show the last tensor before the bar goes
         if progress is not None:
             progress(n, total, tensor)
 
