@@ -18,6 +18,7 @@ from .errors import (
     ContextOverflowError,
     ContextTooLargeError,
     DecodeError,
+    HubError,
     InvalidGrammarError,
     InvalidModelError,
     InvalidParameterError,
@@ -83,6 +84,6 @@ __all__ = [
     "LlamaError", "BackendError", "BackendMismatchError", "BackendNotInitialisedError", "NoBackendError",
     "ModelNotFoundError", "InvalidModelError", "ContextTooLargeError", "ContextOverflowError", "DecodeError",
     "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError", "LoadCancelledError",
-    "QuantizeError",
+    "QuantizeError", "HubError",
     "InvalidGrammarError", "ChatTemplateError", "TokenizerError", "TokenizerMismatchError", "UnsupportedVocabError",
 ]

@@ -69,13 +69,29 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def model_path(model: str) -> str | Path:
+    """A GGUF path, or "org/repo[:TAG]" (not an existing path): that Hub model, downloaded (or cached)."""
+    from .high import hub
+
+    ref = hub.parse_ref(model)
+    if ref is None or model.lower().endswith(".gguf") or Path(model).exists():
+        return model
+    return hub.download(ref[0], tag=ref[1])
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .blocks.sampling import SamplerChain
     from .catalog import default_model
+    from .errors import InvalidParameterError
     from .high.llama import Llama
     from .params import LlamaParams, SamplerParams
 
-    path = args.model or default_model(args.catalog)
+    if len(args.prompt) > 2 or (len(args.prompt) == 2 and args.model):
+        raise InvalidParameterError("`llamaplug run` takes [MODEL] PROMPT (or -m MODEL PROMPT); quote the prompt",
+                                    field="prompt")
+    model = args.prompt[0] if len(args.prompt) == 2 else args.model
+    args.prompt = args.prompt[-1]
+    path = model_path(model) if model else default_model(args.catalog)
     extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
     if args.devices:
         extra["devices"] = [] if args.devices == ["none"] else args.devices
@@ -260,8 +276,11 @@ def parser() -> argparse.ArgumentParser:
     info.add_argument("--mmproj", help="a multimodal projector GGUF: say whether it takes images and audio")
     info.set_defaults(func=cmd_info)
     run = sub.add_parser("run", help="stream a completion")
-    run.add_argument("prompt")
-    run.add_argument("-m", "--model", help="GGUF file (default: the first installed catalog model)")
+    run.add_argument("prompt", nargs="+", metavar="[MODEL] PROMPT",
+                     help='MODEL: a GGUF file or a Hugging Face repo "org/repo[:TAG]" (TAG: Q4_K_M, Q8_0, ...; '
+                          'pip install "llamaplug[hub]")')
+    run.add_argument("-m", "--model", help="GGUF file or org/repo[:TAG] (default: the first installed catalog "
+                                           "model)")
     run.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
     run.add_argument("-n", "--n-predict", type=int, default=64)
     run.add_argument("-c", "--ctx-size", type=int, default=0, help="0 = the model's training context")
