@@ -277,6 +277,17 @@ def test_without_huggingface_hub(monkeypatch):
         lp.Llama.from_pretrained(REPO, filename="*.gguf")
 
 
+def test_cli_model_argument(online, tmp_path, monkeypatch):
+    from llamaplug.cli import model_path
+
+    assert Path(model_path(f"{REPO}:Q8_0")).name == "tiny-Q8_0.gguf"  # -m org/repo:TAG
+    assert model_path("models/local.gguf") == "models/local.gguf"  # a path, even a missing one, stays a path
+    monkeypatch.chdir(tmp_path)
+    Path("org").mkdir()
+    Path("org/repo").write_bytes(b"x")
+    assert model_path("org/repo") == "org/repo"  # an existing relative path wins over a repository id
+
+
 def test_cli_run_repo_tag(fake_hub, tmp_path):
     # The user's path: HF_ENDPOINT and HF_HOME in the environment, `llamaplug run org/repo:TAG PROMPT`.
     env = {**os.environ, "HF_ENDPOINT": fake_hub.url, "HF_HOME": str(tmp_path), "HF_HUB_DISABLE_TELEMETRY": "1"}
