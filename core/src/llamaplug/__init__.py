@@ -18,6 +18,7 @@ from .errors import (
     ContextOverflowError,
     ContextTooLargeError,
     DecodeError,
+    HubError,
     InvalidGrammarError,
     InvalidModelError,
     InvalidParameterError,
@@ -26,6 +27,7 @@ from .errors import (
     LoadCancelledError,
     ModelNotFoundError,
     NoBackendError,
+    QuantizeError,
     SamplingError,
     StateError,
     TokenizerError,
@@ -55,6 +57,7 @@ from .blocks.builder import ContextBuilder  # noqa: E402
 from .blocks.context import LlamaContext  # noqa: E402
 from .blocks.grammar import Grammar  # noqa: E402
 from .blocks.model import LlamaModel  # noqa: E402
+from .blocks.quantize import QUANT_TYPES, quantize  # noqa: E402
 from .blocks.sampling import LlamaSampler, SamplerChain  # noqa: E402
 from .high.async_llama import AsyncLlama  # noqa: E402
 from .high.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
@@ -72,6 +75,7 @@ __all__ = [
     "GGML_VERSION", "LLAMA_CPP_COMMIT", "__version__", "hookimpl", "backends",
     "LlamaBackend", "BackendStatus", "DeviceInfo", "LlamaModel", "LlamaContext", "ContextBuilder",
     "LoraAdapter", "ControlVector", "LlamaBatch",
+    "quantize", "QUANT_TYPES",
     "LlamaSampler", "SamplerChain", "Grammar", "Llama", "AsyncLlama", "Completion", "CompletionChunk",
     "CompletionTimings",
     "StopReason", "TokenLogprob", "ChatCompletion", "ChatCompletionChunk", "ChatTemplate",
@@ -80,5 +84,6 @@ __all__ = [
     "LlamaError", "BackendError", "BackendMismatchError", "BackendNotInitialisedError", "NoBackendError",
     "ModelNotFoundError", "InvalidModelError", "ContextTooLargeError", "ContextOverflowError", "DecodeError",
     "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError", "LoadCancelledError",
+    "QuantizeError", "HubError",
     "InvalidGrammarError", "ChatTemplateError", "TokenizerError", "TokenizerMismatchError", "UnsupportedVocabError",
 ]

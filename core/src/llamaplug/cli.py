@@ -69,13 +69,29 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def model_path(model: str) -> str | Path:
+    """A GGUF path, or "org/repo[:TAG]" (not an existing path): that Hub model, downloaded (or cached)."""
+    from .high import hub
+
+    ref = hub.parse_ref(model)
+    if ref is None or model.lower().endswith(".gguf") or Path(model).exists():
+        return model
+    return hub.download(ref[0], tag=ref[1])
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .blocks.sampling import SamplerChain
     from .catalog import default_model
+    from .errors import InvalidParameterError
     from .high.llama import Llama
     from .params import LlamaParams, SamplerParams
 
-    path = args.model or default_model(args.catalog)
+    if len(args.prompt) > 2 or (len(args.prompt) == 2 and args.model):
+        raise InvalidParameterError("`llamaplug run` takes [MODEL] PROMPT (or -m MODEL PROMPT); quote the prompt",
+                                    field="prompt")
+    model = args.prompt[0] if len(args.prompt) == 2 else args.model
+    args.prompt = args.prompt[-1]
+    path = model_path(model) if model else default_model(args.catalog)
     extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
     if args.devices:
         extra["devices"] = [] if args.devices == ["none"] else args.devices
@@ -223,6 +239,17 @@ def _inspect_report(info: GgufInfo, max_tensors: int | None) -> list[str]:
     return lines
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from .blocks.quantize import quantize
+
+    out = quantize(args.src, args.dst, args.type, imatrix=args.imatrix, threads=args.threads,
+                   allow_requantize=args.allow_requantize, leave_output_tensor=args.leave_output_tensor,
+                   pure=args.pure, quiet=args.quiet)
+    if not args.quiet:
+        print(f"wrote {out} ({_mib(out.stat().st_size)})", file=sys.stderr)
+    return 0
+
+
 def cmd_rpc_server(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -249,8 +276,11 @@ def parser() -> argparse.ArgumentParser:
     info.add_argument("--mmproj", help="a multimodal projector GGUF: say whether it takes images and audio")
     info.set_defaults(func=cmd_info)
     run = sub.add_parser("run", help="stream a completion")
-    run.add_argument("prompt")
-    run.add_argument("-m", "--model", help="GGUF file (default: the first installed catalog model)")
+    run.add_argument("prompt", nargs="+", metavar="[MODEL] PROMPT",
+                     help='MODEL: a GGUF file or a Hugging Face repo "org/repo[:TAG]" (TAG: Q4_K_M, Q8_0, ...; '
+                          'pip install "llamaplug[hub]")')
+    run.add_argument("-m", "--model", help="GGUF file or org/repo[:TAG] (default: the first installed catalog "
+                                           "model)")
     run.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
     run.add_argument("-n", "--n-predict", type=int, default=64)
     run.add_argument("-c", "--ctx-size", type=int, default=0, help="0 = the model's training context")
@@ -279,6 +309,17 @@ def parser() -> argparse.ArgumentParser:
     inspect.add_argument("--tensors", type=int, default=32, metavar="N", help="tensor rows to show (default 32)")
     inspect.add_argument("--all", action="store_true", help="every tensor row; every array item with --json")
     inspect.set_defaults(func=cmd_inspect)
+    quant = sub.add_parser("quantize", help="quantize a GGUF model (llama-quantize's types and options)")
+    quant.add_argument("src", help="GGUF model to read (F32/F16/BF16, or quantized with --allow-requantize)")
+    quant.add_argument("dst", help="GGUF file to write (written only when quantizing succeeds)")
+    quant.add_argument("type", help="Q4_K_M, Q8_0, IQ4_NL, ... (llamaplug.QUANT_TYPES; llama-quantize's names)")
+    quant.add_argument("-t", "--threads", type=int, default=0, help="0 = every hardware thread")
+    quant.add_argument("--imatrix", metavar="FILE", help="importance matrix (llama-imatrix's output)")
+    quant.add_argument("--allow-requantize", action="store_true", help="accept an already quantized SRC")
+    quant.add_argument("--leave-output-tensor", action="store_true", help="keep output.weight as it is")
+    quant.add_argument("--pure", action="store_true", help="every tensor to TYPE: no k-quant mixture")
+    quant.add_argument("-q", "--quiet", action="store_true", help="no progress bar (for scripts)")
+    quant.set_defaults(func=cmd_quantize)
     rpc = sub.add_parser("rpc-server", help="serve this machine's devices to other llamaplug processes (RPC)")
     rpc.add_argument("--host", default="127.0.0.1", help="default loopback; RPC has no authentication")
     rpc.add_argument("--port", type=int, default=50052)

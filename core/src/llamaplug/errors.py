@@ -123,6 +123,16 @@ class InvalidGrammarError(InvalidParameterError):
         self.line, self.column, self.reason, self.path = line, column, reason, path
 
 
+class QuantizeError(LlamaError):
+    """llama_model_quantize refused or failed (requantizing without allow_requantize, a type that needs an
+    imatrix, an unwritable output): the message carries llama.cpp's reason."""
+
+
+class HubError(LlamaError):
+    """A model could not be listed or fetched from the Hugging Face Hub (or its local cache), or
+    huggingface_hub is not installed."""
+
+
 # llama_decode's documented return codes (llama.h).
 _DECODE_CODES = {
     1: "no KV-cache slot for the batch: the context is full (reduce the batch or increase n_ctx)",

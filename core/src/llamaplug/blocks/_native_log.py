@@ -10,7 +10,7 @@ import atexit
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..raw import ffi, lib
@@ -41,6 +41,7 @@ def set_level(name: str | None) -> None:
 
 
 _captures: list[list[str]] = []
+_listeners: list[Callable[[int, str], None]] = []
 
 
 @contextlib.contextmanager
@@ -54,9 +55,27 @@ def capture_errors() -> Iterator[list[str]]:
         _captures.remove(lines)
 
 
+@contextlib.contextmanager
+def listen(fn: Callable[[int, str], None]) -> Iterator[None]:
+    """Call fn(logging level, text) for every native message inside the block, whatever the threshold.
+
+    For callers that read llama.cpp's progress lines (quantize's per-tensor lines are INFO, dropped
+    by the default threshold). `text` is one llama_log call's text, newline included when it has one.
+    """
+    _listeners.append(fn)
+    try:
+        yield
+    finally:
+        _listeners.remove(fn)
+
+
 @ffi.def_extern(onerror=_callback_errors.store)
 def _llamaplug_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
     py_level = _state["level"] if level == _CONT else _GGML.get(level, logging.INFO)
+    if _listeners:
+        said = ffi.string(text).decode("utf-8", "replace")
+        for fn in _listeners:
+            fn(py_level, said)
     if _captures and py_level >= logging.WARNING:
         message = ffi.string(text).decode("utf-8", "replace").strip()
         if message:

@@ -76,6 +76,21 @@ class Llama:
         llama._projector = projector
         return llama
 
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: str | None = None, revision: str | None = None,
+                        cache_dir: str | os.PathLike[str] | None = None, **params: Any) -> Llama:
+        """Load a GGUF of a Hugging Face Hub repository (pip install "llamaplug[hub]"): `filename` is a glob
+        ("*Q4_K_M.gguf"), `repo_id` may end in ":TAG" as llama.cpp's -hf; `params` are LlamaParams fields.
+        Downloads go to huggingface_hub's cache (HF_HUB_OFFLINE=1: the cache only); see high/hub.py."""
+        from . import hub
+
+        tag = None
+        ref = hub.parse_ref(repo_id)
+        if ref is not None and ref[1] is not None:
+            repo_id, tag = ref
+        path = hub.download(repo_id, filename, tag=tag, revision=revision, cache_dir=cache_dir)
+        return cls.load(LlamaParams(model_path=path, **params))
+
     @property
     def model(self) -> LlamaModel:
         return self._model

@@ -1,0 +1,187 @@
+"""GGUF models from the Hugging Face Hub, through `huggingface_hub` (pip install "llamaplug[hub]").
+
+Its cache, progress bars, token, HF_ENDPOINT and HF_HUB_OFFLINE all apply. A file is chosen by a
+glob (`filename="*Q4_K_M.gguf"`) or by a quantization tag as llama.cpp's `-hf org/repo:TAG` does
+(the tag followed by "." or "-" in the name, case-insensitive; no tag: Q4_K_M, then Q8_0, then the
+first model file). A split model (`NAME-00001-of-00003.gguf`) is one choice: every part is
+downloaded and the first part's path returned (llama.cpp opens the others).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import HubError, InvalidParameterError, ModelNotFoundError
+
+log = logging.getLogger("llamaplug.hub")
+
+_SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+# Files of a GGUF repository that are not a model to run (llama.cpp's gguf_filename_is_model).
+_NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
+DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
+_REF = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)(?::(?P<tag>[\w.-]+))?$")
+
+
+def parse_ref(text: str) -> tuple[str, str | None] | None:
+    """("org/repo", "TAG" or None) for "org/repo[:TAG]", or None when `text` is not that shape."""
+    found = _REF.match(text)
+    return (found["repo"], found["tag"]) if found else None
+
+
+def _hub() -> Any:
+    try:
+        import huggingface_hub
+        import huggingface_hub.constants
+        import huggingface_hub.errors  # noqa: F401 - submodules: the package loads its names lazily
+    except ImportError:
+        raise HubError('loading models from the Hugging Face Hub needs huggingface_hub: '
+                       'pip install "llamaplug[hub]"') from None
+    return huggingface_hub
+
+
+def _offline(hub: Any) -> bool:
+    return bool(hub.constants.HF_HUB_OFFLINE)
+
+
+def cached_files(repo_id: str, revision: str | None = None, cache_dir: str | os.PathLike[str] | None = None
+                 ) -> list[str] | None:
+    """The files of `repo_id` at `revision` (a branch, tag or commit) in the local hub cache, or None if that
+    revision is not cached."""
+    hub = _hub()
+    root = Path(cache_dir if cache_dir is not None else hub.constants.HF_HUB_CACHE)
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    rev = revision or "main"
+    ref = repo / "refs" / rev
+    commit = ref.read_text().strip() if ref.is_file() else rev
+    snapshot = repo / "snapshots" / commit
+    if not snapshot.is_dir():
+        return None
+    return sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
+
+
+def repo_files(repo_id: str, revision: str | None = None, cache_dir: str | os.PathLike[str] | None = None,
+               endpoint: str | None = None) -> list[str]:
+    """Every file of the repository at `revision`: asked of the Hub, or read from the cache when offline
+    (HF_HUB_OFFLINE=1) or when the Hub cannot be reached."""
+    hub = _hub()
+    errors = hub.errors
+    where = f"{repo_id}" + (f"@{revision}" if revision else "")
+    if not _offline(hub):
+        try:
+            info = hub.HfApi(endpoint=endpoint).model_info(repo_id, revision=revision)
+            return sorted(s.rfilename for s in info.siblings or ())
+        except errors.HFValidationError as exc:
+            raise InvalidParameterError(f"{repo_id!r} is not a Hub repository id: {exc}", field="repo_id") from None
+        except errors.RevisionNotFoundError:
+            raise HubError(f"{where}: no such revision on the Hugging Face Hub") from None
+        except errors.RepositoryNotFoundError:
+            raise HubError(f"{where}: no such repository on the Hugging Face Hub (or it is private or gated: "
+                           f"log in with `hf auth login` or set HF_TOKEN)") from None
+        except (errors.HfHubHTTPError, OSError) as exc:  # no network, a proxy, a 5xx: as llama.cpp, try the cache
+            log.warning("cannot list %s on the Hub (%s): using the local cache", where, exc)
+    files = cached_files(repo_id, revision, cache_dir)
+    if files is None:
+        why = "offline (HF_HUB_OFFLINE=1)" if _offline(hub) else "the Hub could not be reached"
+        raise HubError(f"{where}: {why} and this revision is not in the local cache "
+                       f"({cache_dir or hub.constants.HF_HUB_CACHE})")
+    return files
+
+
+def _is_model(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.lower().endswith(".gguf") and not any(word in name for word in _NOT_MODELS)
+
+
+def _choices(paths: list[str]) -> dict[str, list[str]]:
+    """Model files grouped into choices: a split model's parts are one choice, named by its first part."""
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        found = _SPLIT.match(path)
+        if found is None:
+            groups[path] = [path]
+            continue
+        first = f"{found['prefix']}-00001-of-{found['count']}.gguf"
+        groups.setdefault(first, []).append(path)
+    return {first: sorted(parts) for first, parts in groups.items()}
+
+
+def _by_glob(files: list[str], pattern: str) -> list[str]:
+    low = pattern.lower()
+    return [f for f in files
+            if fnmatch.fnmatchcase(f.lower(), low) or fnmatch.fnmatchcase(f.rsplit("/", 1)[-1].lower(), low)]
+
+
+def _by_tag(files: list[str], tag: str) -> list[str]:
+    wanted = re.compile(re.escape(tag) + r"[.-]", re.IGNORECASE)
+    return [f for f in files if _is_model(f) and wanted.search(f)]
+
+
+def pick(files: list[str], repo_id: str, filename: str | None = None, tag: str | None = None) -> list[str]:
+    """The file(s) to download for one model: [path], or a split model's parts, first part first.
+
+    `filename` is a glob over the repository's paths (or their base names); `tag` a quantization tag.
+    No match: ModelNotFoundError listing the repository's .gguf files; several models: an
+    InvalidParameterError listing them.
+    """
+    if filename is not None and tag is not None:
+        raise InvalidParameterError("give a filename pattern or a tag, not both", field="filename")
+    ggufs = [f for f in files if f.lower().endswith(".gguf")]
+    if filename is not None:
+        matched = _by_glob(files, filename)
+        asked = f"filename {filename!r}"
+    elif tag is not None:
+        matched = _by_tag(files, tag)
+        asked = f"tag {tag!r}"
+    else:
+        asked = "a model (tags " + ", ".join(DEFAULT_TAGS) + " or any)"
+        matched = next((m for m in (_by_tag(files, t) for t in DEFAULT_TAGS) if m), [])
+        if not matched:  # the first model file (a split model's first part)
+            firsts = [f for f in files if _is_model(f) and (_SPLIT.match(f) is None or
+                                                            int(_SPLIT.match(f)["index"]) == 1)]
+            matched = firsts[:1]
+    split_parts = _choices(ggufs)
+    chosen: dict[str, list[str]] = {}
+    for path in matched:
+        found = _SPLIT.match(path)
+        first = f"{found['prefix']}-00001-of-{found['count']}.gguf" if found else path
+        chosen[first] = split_parts.get(first, [path])
+    listing = "\n  ".join(ggufs) if ggufs else "(none)"
+    if not chosen:
+        raise ModelNotFoundError(f"{repo_id}: no file matches {asked}; its .gguf files:\n  {listing}")
+    if len(chosen) > 1:
+        raise InvalidParameterError(f"{repo_id}: {asked} matches {len(chosen)} models, say which:\n  "
+                                    + "\n  ".join(chosen), field="filename")
+    first, parts = next(iter(chosen.items()))
+    found = _SPLIT.match(first)
+    if found is not None:
+        count = int(found["count"])
+        expected = [f"{found['prefix']}-{i:05d}-of-{found['count']}.gguf" for i in range(1, count + 1)]
+        missing = [p for p in expected if p not in parts]
+        if missing:
+            raise ModelNotFoundError(f"{repo_id}: split model {first} lacks parts: {', '.join(missing)}")
+        parts = expected
+    return parts
+
+
+def download(repo_id: str, filename: str | None = None, *, tag: str | None = None, revision: str | None = None,
+             cache_dir: str | os.PathLike[str] | None = None, endpoint: str | None = None) -> Path:
+    """Download (or find in the cache) one model of `repo_id` and return the local path of its (first) file."""
+    hub = _hub()
+    parts = pick(repo_files(repo_id, revision, cache_dir, endpoint), repo_id, filename, tag)
+    errors = hub.errors
+    paths = []
+    for part in parts:
+        try:
+            paths.append(Path(hub.hf_hub_download(repo_id, part, revision=revision, cache_dir=cache_dir,
+                                                  endpoint=endpoint, local_files_only=_offline(hub))))
+        except errors.LocalEntryNotFoundError:
+            raise HubError(f"{repo_id}: {part} is not in the local cache and the Hub cannot be used "
+                           f"(offline, or unreachable)") from None
+        except (errors.HfHubHTTPError, OSError) as exc:
+            raise HubError(f"{repo_id}: downloading {part} failed: {exc}") from None
+    return paths[0]
