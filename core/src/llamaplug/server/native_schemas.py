@@ -96,7 +96,7 @@ class RerankRequest(_Native):
 class SlotFile(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    filename: str
+    filename: str | None = Field(None, description="for save and restore: a file name in --slot-save-path")
 
 
 class NativeEmbeddingRequest(_Native):

@@ -67,7 +67,7 @@ async def slot_action(request: Request, id_slot: int, action: Annotated[Literal[
     if folder is None:
         raise ApiError(400, "This server does not support slots action. Start it with `--slot-save-path`",
                        param="action")
-    if body is None:
+    if body is None or body.filename is None:
         raise ApiError(400, "filename: a JSON body {\"filename\": ...} is needed", param="filename")
     if not valid_filename(body.filename):
         raise ApiError(400, "Invalid filename", param="filename")
