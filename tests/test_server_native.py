@@ -11,7 +11,9 @@ bad request with a 500 (its JSON parser's exception), ours is a 400 in the same 
 
 from __future__ import annotations
 
+import http.client
 import json
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -240,7 +242,7 @@ def test_rerank_and_infill_equal_llama_servers(native_tools, tmp_path):
     assert COMPLETION_KEYS <= set(ours)
 
 
-def test_api_key_guards_every_route_but_health(smollm2_path):
+def test_api_key_guards_every_route_but_health_and_a_dropped_stream_frees_its_slot(smollm2_path):
     with llamaplug_server(smollm2_path, "-np", "1", "-c", "256", "--api-key", "s3cret") as (port, _):
         for path in ("/props", "/slots", "/metrics", "/v1/models", "/models"):
             status, body = call(port, path, method="GET")
@@ -252,6 +254,47 @@ def test_api_key_guards_every_route_but_health(smollm2_path):
             req = urllib.request.Request(f"http://127.0.0.1:{port}/props", headers={"Authorization": header})
             with urllib.request.urlopen(req, timeout=10) as resp:
                 assert resp.status == 200
+        key = {"Authorization": "Bearer s3cret"}
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/completion", json.dumps({"prompt": "Count: 1, 2, 3,", "n_predict": 2000,
+                                                        "temperature": 0, "stream": True}), key)
+        resp = conn.getresponse()
+        for _ in range(3):
+            assert resp.fp.readline()  # a few events arrive
+        assert _processing(port, key) == 1
+        conn.sock.close()
+        conn.close()
+        deadline = time.monotonic() + 10
+        while _processing(port, key) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processing(port, key) == 0
+
+
+def _processing(port: int, headers: dict[str, str]) -> float:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        line = next(x for x in resp.read().decode().splitlines() if x.startswith("llamacpp:requests_processing{"))
+    return float(line.split()[-1])
+
+
+@pytest.mark.parametrize("argv, dest, value", [
+    (["-n", "7"], "n_predict", 7), (["--n-predict", "7"], "n_predict", 7), (["-a", "gpt"], "alias", "gpt"),
+    (["-cram", "64"], "cache_ram", 64), (["--slot-save-path", "/tmp"], "slot_save_path", "/tmp"),
+    (["-c", "512", "-np", "2", "-t", "1"], "parallel", 2),
+])
+def test_llama_server_flags_we_have(argv, dest, value):
+    from llamaplug.cli import parser
+
+    assert getattr(parser().parse_args(["serve", *argv, "--jinja", "--metrics", "--embeddings", "-cb"]), dest) == value
+
+
+@pytest.mark.parametrize("flag", ["--temp", "-fa", "--flash-attn", "--ubatch-size", "--no-webui-mcp-proxy"])
+def test_a_llama_server_flag_we_lack_is_an_error_naming_it(flag, capsys):
+    from llamaplug.cli import parser
+
+    with pytest.raises(SystemExit):
+        parser().parse_args(["serve", flag, "1"])
+    assert f"{flag} is a llama-server flag" in capsys.readouterr().err
 
 
 def test_single_model_serves_any_name_and_several_keep_the_404(llama):
