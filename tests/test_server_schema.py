@@ -35,7 +35,7 @@ def test_no_request_is_a_server_error(smollm2_path, tmp_path):
             [str(Path(sys.executable).with_name("schemathesis")), "run", url, "--checks", "not_a_server_error",
              "--max-examples", str(EXAMPLES), "--seed", "24", "--generation-deterministic", "--no-color",
              "--request-timeout", "60", "--workers", "1"],
-            capture_output=True, text=True, timeout=600)
+            capture_output=True, text=True, timeout=600, cwd=tmp_path)  # its .schemathesis cache goes there
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     generated = re.search(r"(\d+) generated", run.stdout)
     assert generated and int(generated.group(1)) >= 10 * len(paths), run.stdout[-3000:]  # it did run them
