@@ -142,7 +142,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     llama = Llama.load(LlamaParams(model_path=path, n_ctx=args.ctx_size, n_seq_max=args.parallel,
                                    cache_ram_mib=args.cache_ram,
                                    log_level=args.log, n_gpu_layers=args.n_gpu_layers, seed=args.seed, **extra))
-    app = create_app(llama, args.alias, args.api_key, args.pooling)
+    app = create_app(llama, args.alias, args.api_key, args.pooling, n_predict=args.n_predict,
+                     slot_save_path=args.slot_save_path)
     print(f"llamaplug serve {path} on http://{args.host}:{args.port} ({args.parallel} slots of "
           f"{llama.engine.n_ctx_seq} tokens)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
@@ -342,9 +343,13 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--mmproj", help="multimodal projector GGUF: image/audio chat parts (llamaplug-mtmd)")
     serve.add_argument("--pooling", choices=["mean", "cls", "last"],
                        help="for /v1/embeddings (default: the model's own; mean where it has none)")
-    serve.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1/ (401 otherwise)")
+    serve.add_argument("--api-key",
+                       help="require `Authorization: Bearer KEY` on every route but /health (401 otherwise)")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"], default="error")
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
+    from .serve_flags import add_llama_server_flags
+
+    add_llama_server_flags(serve)  # last: llama-server's flags that are not ours become errors naming them
     serve.set_defaults(func=cmd_serve)
     tokenizer = sub.add_parser("tokenizer", help="tokenizer tools (plugin llamaplug-tokenizer-hf)")
     groups = {"tokenizer": tokenizer.add_subparsers(dest="tokenizer_command", required=True)}

@@ -135,6 +135,10 @@ class Engine:
     def n_ctx_seq(self) -> int:
         return self._n_ctx_seq
 
+    def slots_running(self) -> list[bool]:
+        """Whether each slot runs a request now: a snapshot read without a lock (for the server's /slots)."""
+        return [slot.job is not None for slot in self._slots]
+
     def submit(self, job: Job) -> Job:
         with self._cv:
             if self._closed:

@@ -27,11 +27,13 @@ from .routes import ROUTERS
 
 
 def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = None,
-               pooling: str | None = None) -> FastAPI:
+               pooling: str | None = None, n_predict: int = -1, slot_save_path: str | None = None) -> FastAPI:
     """The ASGI app serving `llama` (closed when the app shuts down).
 
     `pooling` for /v1/embeddings: default the model's own, and mean for a model that has
     none (a generative model: OpenAI's shape has one vector per input, not one per token).
+    `n_predict`: tokens a /completion or /infill request without n_predict gets (-1: until
+    the end). `slot_save_path`: the folder of POST /slots' files (None: save/restore refused).
     """
     registry = ModelRegistry([Served.of(llama, model_id, pooling)])
     metrics = Metrics(llama.engine)
@@ -39,6 +41,9 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
     app.state.llama = llama
     app.state.metrics = metrics
     app.state.models = registry
+    app.state.n_predict = n_predict
+    app.state.slot_save_path = slot_save_path
+    app.middleware("http")(_json_bodies)
     app.middleware("http")(_guard(api_key, metrics))
     errors.install(app)
     for router in ROUTERS:
@@ -51,24 +56,43 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
     return app
 
 
+# What answers without the API key (llama-server's public endpoints).
+PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
+
+
 def _guard(api_key: str | None, metrics: Metrics
            ) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
-    """The middleware: the API key on /v1/ paths (when one is set), and the HTTP counters of /metrics."""
+    """The middleware: the API key on every path but /health (when one is set), and the HTTP counters of /metrics.
+
+    As llama-server, `Authorization: Bearer KEY` or a bare `Authorization: KEY`.
+    """
 
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         metrics.http_requests += 1
-        if api_key is not None and request.url.path.startswith("/v1/"):
-            given = request.headers.get("authorization", "")
-            if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+        if api_key is not None and request.url.path not in PUBLIC_PATHS:
+            given = request.headers.get("authorization", "").removeprefix("Bearer ")
+            if not secrets.compare_digest(given.encode(), api_key.encode()):
                 metrics.http_errors += 1
                 return errors.response(errors.ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)",
-                                                       "authentication_error", code="invalid_api_key"))
+                                                       "authentication_error", code="invalid_api_key"),
+                                       request.url.path)
         response = await call_next(request)
         if response.status_code >= 400:
             metrics.http_errors += 1
         return response
 
     return guard
+
+
+async def _json_bodies(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    """A POST body is JSON whatever its Content-Type says, as llama-server reads it: `curl -d` sends
+    application/x-www-form-urlencoded, and scripts written for llama-server rely on that working."""
+    if request.method == "POST":
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind in ("", "application/x-www-form-urlencoded", "text/plain"):
+            request.scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
+            request.scope["headers"].append((b"content-type", b"application/json"))
+    return await call_next(request)
 
 
 def _version() -> str:

@@ -5,6 +5,10 @@ empty input, an unknown model), or the library's own `LlamaError`; FastAPI raise
 `RequestValidationError` for a body that does not fit the schema and `HTTPException`
 for an unknown path or method. `install` makes `handle` the handler of all four, and
 `as_api_error` is the one place that gives each its status and shape.
+
+llama-server's own routes (/completion, /tokenize, /slots, ...: `NATIVE_PATHS`) answer
+in llama-server's shape instead, {"error": {"code": status, "message", "type"}}, so
+scripts written for it read our errors as they read its own.
 """
 
 from __future__ import annotations
@@ -29,13 +33,27 @@ _NOT_THE_CLIENTS: dict[type[LlamaError], tuple[int, str, str]] = {
 }
 
 
+# Paths (and their prefixes) of llama-server's own API, whose errors take its shape (see `response`).
+NATIVE_PATHS = ("/completion", "/infill", "/tokenize", "/detokenize", "/apply-template", "/props", "/slots",
+                "/rerank", "/reranking", "/v1/rerank", "/v1/reranking", "/embedding")
+
+# llama-server's error "type" for each status (server-common.cpp's error types).
+_NATIVE_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                 404: "not_found_error", 501: "not_supported_error", 503: "unavailable_error"}
+
+
 class ApiError(Exception):
-    """An error response: HTTP `status`, OpenAI's error `kind` (its "type"), the request field `param`, a `code`."""
+    """An error response: HTTP `status`, OpenAI's error `kind` (its "type"), the request field `param`, a `code`.
+
+    `native` holds what llama-server's shape has beyond code/message/type (its own "type" included, where the
+    status alone does not say it: "exceed_context_size_error" with n_prompt_tokens and n_ctx).
+    """
 
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None):
+                 code: str | None = None, native: dict[str, Any] | None = None):
         super().__init__(message)
         self.status, self.kind, self.param, self.code = status, kind, param, code
+        self.native = native or {}
 
 
 def as_api_error(exc: Exception) -> ApiError:
@@ -59,13 +77,25 @@ def as_api_error(exc: Exception) -> ApiError:
     raise TypeError(f"no API error for {type(exc).__name__}")  # install() registers `handle` for the kinds above only
 
 
-def response(exc: ApiError) -> JSONResponse:
-    body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.code}}
+def response(exc: ApiError, path: str = "") -> JSONResponse:
+    """`exc` as the body of the API that `path` is part of: llama-server's shape on NATIVE_PATHS, else OpenAI's."""
+    body: dict[str, Any]
+    if is_native(path):
+        body = {"error": {"code": exc.status, "message": str(exc),
+                          "type": _NATIVE_TYPES.get(exc.status, "server_error"), **exc.native}}
+    else:
+        body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.code}}
     return JSONResponse(body, status_code=exc.status)
 
 
+def is_native(path: str) -> bool:
+    """Whether `path` is one of llama-server's own routes (NATIVE_PATHS)."""
+    return any(path == p or path.startswith(p + "/") or (p == "/embedding" and path == "/embeddings")
+               or (p == "/completion" and path == "/completions") for p in NATIVE_PATHS)
+
+
 async def handle(request: Request, exc: Exception) -> JSONResponse:
-    return response(as_api_error(exc))
+    return response(as_api_error(exc), request.url.path)
 
 
 def install(app: FastAPI) -> None:

@@ -44,8 +44,12 @@ class ModelRegistry:
         return iter(self._models.values())
 
     def resolve(self, name: str | None) -> Served:
-        """The model named `name` (None: the default one); an unknown name is a 404 naming what is served."""
-        if name is None:
+        """The model named `name` (None: the default one); an unknown name is a 404 naming what is served.
+
+        Single-model leniency (llama-server's): with one model served, any name gets it, so clients
+        that must send some `model` ("gpt-4o-mini") work unchanged. With several, an unknown name is a 404.
+        """
+        if name is None or len(self._models) == 1:  # single-model leniency, see above
             return next(iter(self._models.values()))
         try:
             return self._models[name]

@@ -1,9 +1,11 @@
-"""/health (for load balancers; needs no key) and /metrics (Prometheus text)."""
+"""/health (for load balancers; needs no key) and /metrics (Prometheus text, llama-server's names included)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
+
+from ..deps import models
 
 router = APIRouter()
 
@@ -13,6 +15,10 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
+# llama-server's spelling; the OpenAPI document lists /health once.
+router.add_api_route("/v1/health", health, methods=["GET"], include_in_schema=False)
+
+
 @router.get("/metrics", response_class=PlainTextResponse)
 async def prometheus(request: Request) -> str:
-    return request.app.state.metrics.render()
+    return request.app.state.metrics.render((m.id, m.llama.engine) for m in models(request))

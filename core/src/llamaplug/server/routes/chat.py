@@ -39,3 +39,8 @@ async def _events(served: Served, job: Job, stream: ChatStream) -> AsyncIterator
     async for piece in achunks(served.llama.engine, job):
         for out in stream.feed(piece):
             yield out.model_dump_json(exclude_none=True)
+
+
+# llama-server's spelling without /v1 (one operation in the OpenAPI document).
+router.add_api_route("/chat/completions", chat, methods=["POST"], response_model=ChatCompletion,
+                     responses=ERROR_RESPONSES, include_in_schema=False)

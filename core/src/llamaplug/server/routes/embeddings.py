@@ -1,4 +1,9 @@
-"""/v1/embeddings: one vector per input text, as floats or base64 (little-endian float32)."""
+"""/v1/embeddings: one vector per input text, as floats or base64 (little-endian float32).
+
+/embeddings (and /embedding) is llama-server's own, not OpenAI's: `content` (or `input`)
+gives [{"index", "embedding": [vector]}], each vector nested in a list as llama-server
+nests it (one row per token with pooling none).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from fastapi import APIRouter, Depends
 
 from ..deps import served_model
 from ..errors import ERROR_RESPONSES, ApiError
+from ..native_schemas import NativeEmbeddingRequest
 from ..registry import Served
 from ..schemas import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 
@@ -32,3 +38,19 @@ def _encode(vector: Any, encoding: str) -> list[float] | str:
     if encoding == "base64":
         return base64.b64encode(vector.astype("<f4").tobytes()).decode()
     return vector.astype(float).tolist()
+
+
+@router.post("/embeddings", responses=ERROR_RESPONSES)
+async def native_embeddings(body: NativeEmbeddingRequest,
+                            served: Annotated[Served, Depends(served_model(NativeEmbeddingRequest))]) -> Any:
+    given = body.content if body.content is not None else body.input
+    texts = [given] if isinstance(given, str) else given
+    if not texts:
+        raise ApiError(400, '"content" must be a string or a non-empty list of strings', param="content")
+    vectors = await served.allama.embed(texts, pooling=served.pooling)
+    return [{"index": i, "embedding": [_encode(v, "float")] if v.ndim == 1 else _encode(v, "float")}
+            for i, v in enumerate(vectors)]
+
+
+router.add_api_route("/embedding", native_embeddings, methods=["POST"], responses=ERROR_RESPONSES,
+                     include_in_schema=False)

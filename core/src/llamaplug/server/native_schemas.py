@@ -1,0 +1,106 @@
+"""llama-server's own request bodies (/completion, /infill, /tokenize, /rerank, /slots, ...), as its README has them.
+
+Strict types: llama-server's JSON reader refuses a string where a number goes ("type
+must be number"), so a wrong type is a 400 here too, never a silent coercion. Fields
+llama-server has and we do not read are ignored, as llama-server ignores unknown ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..params import SamplerParams
+
+Prompt = str | list[int | str] | list[str | list[int | str]]
+
+
+class _Native(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    model: str | None = None
+
+
+class NativeCompletionRequest(_Native):
+    """POST /completion (and /completions): llama-server's fields that llamaplug reads."""
+
+    prompt: Prompt = Field(description="text, token ids, text and ids mixed, or a list of those (one result each)")
+    n_predict: int | None = Field(None, ge=-1, description="tokens to generate; -1: until the end (default: -n)")
+    stop: list[str] | None = None
+    stream: bool = False
+    temperature: float | None = Field(None, ge=0, le=100, description="<= 0: greedy")
+    top_k: int | None = Field(None, ge=0, le=0x7FFFFFFF)
+    top_p: float | None = Field(None, ge=0, le=1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    typical_p: float | None = Field(None, ge=0, le=1)
+    repeat_penalty: float | None = Field(None, gt=0, le=100)
+    repeat_last_n: int | None = Field(None, ge=-1, le=0x7FFFFFFF)
+    presence_penalty: float | None = Field(None, ge=-100, le=100)
+    frequency_penalty: float | None = Field(None, ge=-100, le=100)
+    seed: int | None = Field(None, ge=0, le=0xFFFFFFFF)
+    cache_prompt: bool = Field(True, description="accepted; a slot's cached prefix is always reused")
+    id_slot: int = Field(-1, ge=-1, description="accepted as a hint; the engine places requests itself")
+    return_tokens: bool = False
+
+    def sampling(self, seed: int) -> SamplerParams:
+        """The request's sampling: llama-server's defaults where it says nothing, `seed` where it gives none."""
+        given = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p,
+                 "typical_p": self.typical_p, "penalty_repeat": self.repeat_penalty,
+                 "penalty_last_n": self.repeat_last_n, "penalty_present": self.presence_penalty,
+                 "penalty_freq": self.frequency_penalty, "seed": self.seed if self.seed is not None else seed}
+        return SamplerParams(**{k: v for k, v in given.items() if v is not None})
+
+
+class InfillExtra(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    text: str
+    filename: str = "tmp"
+
+
+class InfillRequest(NativeCompletionRequest):
+    """POST /infill: the text between input_prefix and input_suffix (a FIM model's tokens)."""
+
+    prompt: Prompt = ""  # type: ignore[assignment]  # optional here: text after the middle token
+    input_prefix: str = ""
+    input_suffix: str = ""
+    input_extra: list[InfillExtra] = Field(default_factory=list)
+
+
+class TokenizeRequest(_Native):
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(_Native):
+    tokens: list[int] = Field(default_factory=list)
+
+
+class ApplyTemplateRequest(_Native):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+
+
+class RerankRequest(_Native):
+    """POST /v1/rerank (Jina/Cohere shape); `texts` in place of `documents` is the TEI shape (a bare list back)."""
+
+    query: str
+    documents: list[str] | None = None
+    texts: list[str] | None = None
+    top_n: int | None = Field(None, ge=0)
+    return_text: bool = False
+
+
+class SlotFile(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    filename: str | None = Field(None, description="for save and restore: a file name in --slot-save-path")
+
+
+class NativeEmbeddingRequest(_Native):
+    """POST /embeddings (llama-server's own, not OpenAI's): `content` (or `input`), text or a list of texts."""
+
+    content: str | list[str] | None = None
+    input: str | list[str] | None = None

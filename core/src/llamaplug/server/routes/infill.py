@@ -1,0 +1,36 @@
+"""POST /infill: llama-server's fill-in-the-middle, on the model's FIM tokens (high/infill.py lays them out).
+
+`prompt`, when given, is text the middle starts with: it goes right after the prefix, as
+llama-server puts it. A model without FIM tokens is a 400 naming them (llama-server: 501),
+so no bad request reads as a server fault.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+
+from ...high.infill import infill_tokens
+from ..deps import served_model
+from ..errors import ERROR_RESPONSES, ApiError
+from ..native_schemas import InfillRequest
+from ..registry import Served
+from .native import run
+
+router = APIRouter()
+
+
+@router.post("/infill", responses=ERROR_RESPONSES)
+async def infill(body: InfillRequest, request: Request,
+                 served: Annotated[Served, Depends(served_model(InfillRequest))]) -> Any:
+    if not isinstance(body.prompt, str):
+        raise ApiError(400, "prompt: /infill takes text here (the start of the middle)", param="prompt")
+    extra = [{"filename": e.filename, "text": e.text} for e in body.input_extra]
+    tokens = infill_tokens(served.llama.model, body.input_prefix + body.prompt, body.input_suffix, extra)
+    room = served.llama.engine.n_ctx_seq
+    if len(tokens) >= room:
+        raise ApiError(400, f"request ({len(tokens)} tokens) exceeds the available context size ({room} tokens), "
+                            "try increasing it", param="input_prefix",
+                       native={"type": "exceed_context_size_error", "n_prompt_tokens": len(tokens), "n_ctx": room})
+    return await run(request, served, body, [tokens], [body.prompt])

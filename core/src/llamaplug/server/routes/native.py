@@ -1,0 +1,167 @@
+"""POST /completion (and /completions): llama-server's own completion API, its request fields and response shape.
+
+The prompt is text (special tokens parsed, as llama-server), token ids, both mixed, or a
+list of such prompts (then a list of results). The response has llama-server's keys:
+content, tokens, stop, stop_type, stopping_word, tokens_predicted, tokens_evaluated,
+tokens_cached, timings, generation_settings, ... A stream is llama-server's: one
+`data:` event per piece, the last with every key, and no [DONE].
+
+`id_slot` in the response is -1: the engine picks the slot and does not say which.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from ...errors import LlamaError
+from ...high.completion import Completion, CompletionChunk, CompletionTimings, StopReason
+from ...high.engine import Job
+from ...high.events import astream
+from ...high.requests import collect_many, completion_jobs
+from ...params import SamplerParams
+from ..deps import served_model
+from ..errors import ERROR_RESPONSES, ApiError, as_api_error
+from ..native_schemas import NativeCompletionRequest
+from ..registry import Served
+from ..streaming import gathered, unless_gone
+
+router = APIRouter()
+
+_STOP_TYPES = {StopReason.EOS: "eos", StopReason.MAX_TOKENS: "limit", StopReason.CONTEXT_FULL: "limit",
+               StopReason.STOP_SEQUENCE: "word", StopReason.CANCELLED: "none"}
+
+
+@router.post("/completion", responses=ERROR_RESPONSES)
+async def completion(body: NativeCompletionRequest, request: Request,
+                     served: Annotated[Served, Depends(served_model(NativeCompletionRequest))]) -> Any:
+    prompts = [prompt_tokens(served, p) for p in split_prompts(body.prompt)]
+    texts = [p if isinstance(p, str) else "" for p in split_prompts(body.prompt)]
+    return await run(request, served, body, prompts, texts)
+
+
+# llama-server's other spelling of the same route (not OpenAI's /v1/completions); one operation in the document.
+router.add_api_route("/completions", completion, methods=["POST"], include_in_schema=False,
+                     responses=ERROR_RESPONSES)
+
+
+async def run(request: Request, served: Served, body: NativeCompletionRequest, prompts: list[list[int]],
+              texts: list[str]) -> Any:
+    """Generate for each prompt (token ids) and answer in llama-server's shape: one result, a list, or a stream."""
+    llama = served.llama
+    n_predict = body.n_predict if body.n_predict is not None else request.app.state.n_predict
+    sampling = body.sampling(llama.params.seed)
+    jobs = completion_jobs(llama, prompts, None if n_predict < 0 else n_predict, sampling, body.stop)
+    settings = _settings(sampling, n_predict, body)
+    if body.stream:
+        return StreamingResponse(_events(served, jobs, texts, settings), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    done = collect_many(await unless_gone(request, gathered(astream(llama.engine, jobs))), jobs)
+    results = [result(served, i, c, texts[i], settings, body.stop or [], body.return_tokens)
+               for i, c in enumerate(done)]
+    return results[0] if len(results) == 1 else results
+
+
+def split_prompts(prompt: Any) -> list[Any]:
+    """llama-server's prompt forms as a list of prompts: a list of texts or of id lists is several, else one."""
+    if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+        return prompt
+    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt):
+        return prompt
+    if isinstance(prompt, list) and any(isinstance(p, list) for p in prompt):
+        if not all(isinstance(p, (str, list)) for p in prompt):
+            raise ApiError(400, '"prompt" elements must be a string, a list of tokens, a JSON object containing a '
+                                "prompt string, or a list of mixed strings & tokens.", param="prompt")
+        return prompt
+    return [prompt]
+
+
+def prompt_tokens(served: Served, prompt: str | list[int | str]) -> list[int]:
+    """One prompt's tokens (text tokenized with special tokens, as llama-server), refused if it outgrows a slot."""
+    model = served.llama.model
+    pieces = [prompt] if isinstance(prompt, str) else prompt
+    tokens: list[int] = []
+    for i, piece in enumerate(pieces):
+        if isinstance(piece, str):
+            tokens += model.tokenize(piece, i == 0, True)
+        else:
+            tokens.append(piece)
+    if not tokens:
+        raise ApiError(400, "the prompt has no tokens", param="prompt")
+    room = served.llama.engine.n_ctx_seq
+    if len(tokens) >= room:
+        raise ApiError(400, f"request ({len(tokens)} tokens) exceeds the available context size ({room} tokens), "
+                            "try increasing it", param="prompt",
+                       native={"type": "exceed_context_size_error", "n_prompt_tokens": len(tokens), "n_ctx": room})
+    return tokens
+
+
+def result(served: Served, index: int, done: Completion, prompt: str, settings: dict[str, Any],
+           stops: list[str], return_tokens: bool) -> dict[str, Any]:
+    """llama-server's final result of one prompt."""
+    reason = done.stop_reason
+    word = _stopping_word(served, done, stops) if reason is StopReason.STOP_SEQUENCE else ""
+    return {"index": index, "content": done.text, "tokens": done.tokens if return_tokens else [], "id_slot": -1,
+            "stop": True, "model": served.id, "tokens_predicted": len(done.tokens),
+            "tokens_evaluated": len(done.prompt_tokens), "generation_settings": settings, "prompt": prompt,
+            "has_new_line": "\n" in done.text, "truncated": False, "stop_type": _STOP_TYPES[reason],
+            # tokens_cached is llama-server's n_past: the last generated token is not decoded
+            "stopping_word": word, "tokens_cached": len(done.prompt_tokens) + max(0, len(done.tokens) - 1),
+            "timings": timings(done.timings)}
+
+
+def timings(t: CompletionTimings) -> dict[str, float]:
+    """llama-server's `timings` object."""
+    return {"cache_n": t.cached_tokens, "prompt_n": t.prompt_tokens - t.cached_tokens, "prompt_ms": t.prompt_ms,
+            "prompt_per_token_ms": t.prompt_ms / max(1, t.prompt_tokens - t.cached_tokens),
+            "prompt_per_second": t.prompt_per_second, "predicted_n": t.predicted_tokens,
+            "predicted_ms": t.predicted_ms, "predicted_per_token_ms": t.predicted_ms / max(1, t.predicted_tokens),
+            "predicted_per_second": t.predicted_per_second}
+
+
+def _stopping_word(served: Served, done: Completion, stops: list[str]) -> str:
+    """The stop string that ended `done` (the first to appear after its text in what the tokens spell)."""
+    spelled = served.llama.detokenize(done.tokens)
+    at = {s: spelled.find(s, max(0, len(done.text) - len(s))) for s in stops if s}
+    found = [(i, s) for s, i in at.items() if i >= 0]
+    return min(found)[1] if found else ""
+
+
+def _settings(sampling: SamplerParams, n_predict: int, body: NativeCompletionRequest) -> dict[str, Any]:
+    """`generation_settings`: the sampling this request ran with, in llama-server's names."""
+    return {"seed": sampling.seed, "temperature": sampling.temperature, "top_k": sampling.top_k,
+            "top_p": sampling.top_p, "min_p": sampling.min_p, "typical_p": sampling.typical_p,
+            "repeat_last_n": sampling.penalty_last_n, "repeat_penalty": sampling.penalty_repeat,
+            "presence_penalty": sampling.penalty_present, "frequency_penalty": sampling.penalty_freq,
+            "stop": body.stop or [], "max_tokens": n_predict, "n_predict": n_predict, "stream": body.stream,
+            "samplers": list(sampling.samplers)}
+
+
+async def _events(served: Served, jobs: list[Job], texts: list[str], settings: dict[str, Any]
+                  ) -> AsyncIterator[str]:
+    """llama-server's stream: a partial result per piece, then each prompt's final one (no [DONE])."""
+    pieces: list[list[CompletionChunk]] = [[] for _ in jobs]
+    try:
+        async for i, chunk in astream(served.llama.engine, jobs):
+            pieces[i].append(chunk)
+            if chunk.stop_reason is None:
+                if chunk.text or chunk.tokens:
+                    produced = sum(len(c.tokens) for c in pieces[i])
+                    yield _event({"index": i, "content": chunk.text, "tokens": chunk.tokens, "stop": False,
+                                  "id_slot": -1, "tokens_predicted": produced,
+                                  "tokens_evaluated": len(jobs[i].prompt)})
+                continue
+            done = collect_many([(0, c) for c in pieces[i]], [jobs[i]])[0]
+            final = result(served, i, done, texts[i], {**settings, "stream": True}, settings["stop"], False)
+            yield _event({**final, "content": chunk.text})
+    except LlamaError as exc:  # the status line is sent: the error is the last event
+        error = as_api_error(exc)
+        yield _event({"error": {"code": error.status, "message": str(error), "type": "server_error"}})
+
+
+def _event(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"

@@ -1,0 +1,125 @@
+"""GET /props, GET /slots and POST /slots/{id_slot}?action=save|restore|erase: llama-server's server state endpoints.
+
+Slot files live under --slot-save-path only: a filename is checked as llama-server checks
+it (fs_validate_filename: no path separator, no "..", no control or reserved character),
+so no request reaches a file outside that folder. Without --slot-save-path, save and
+restore are refused (llama-server: 501 "Start it with `--slot-save-path`"; here a 400, no
+bad request reads as a server fault).
+
+A saved file is Llama.save_state's: the KV cache with every slot's tokens, tied to the
+model (saved_state.py); restoring it restores every slot. llama-server saves one slot's
+sequence; `n_saved` and `n_restored` here count the named slot's tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Query, Request
+
+from ...high import saved_state
+from ...high.chat_template import ChatTemplate
+from ..deps import models
+from ..errors import ERROR_RESPONSES, ApiError
+from ..native_schemas import SlotFile
+from ..registry import ModelRegistry, Served
+
+router = APIRouter()
+
+
+@router.get("/props", responses=ERROR_RESPONSES)
+async def props(registry: Annotated[ModelRegistry, Depends(models)]) -> dict[str, Any]:
+    served = registry.resolve(None)
+    llama, model = served.llama, served.llama.model
+    template = ChatTemplate.for_model(model)
+    defaults = llama.params
+    return {
+        "default_generation_settings": {"params": {"seed": defaults.seed, "n_predict": -1},
+                                        "n_ctx": llama.engine.n_ctx_seq},
+        "total_slots": llama.engine.n_slots, "model_alias": served.id, "model_path": str(defaults.model_path),
+        "modalities": {"vision": llama.projector is not None, "audio": False, "video": False},
+        "chat_template": template.source or "", "bos_token": template.bos_token, "eos_token": template.eos_token,
+        "build_info": _build_info(), "endpoint_slots": True, "endpoint_props": False, "endpoint_metrics": True,
+        "is_sleeping": False,
+    }
+
+
+@router.get("/slots", responses=ERROR_RESPONSES)
+async def slots(registry: Annotated[ModelRegistry, Depends(models)]) -> list[dict[str, Any]]:
+    engine = registry.resolve(None).llama.engine
+    return [{"id": i, "n_ctx": engine.n_ctx_seq, "speculative": False, "is_processing": running}
+            for i, running in enumerate(engine.slots_running())]
+
+
+@router.post("/slots/{id_slot}", responses=ERROR_RESPONSES)
+async def slot_action(request: Request, id_slot: int, action: Annotated[Literal["save", "restore", "erase"], Query()],
+                      registry: Annotated[ModelRegistry, Depends(models)],
+                      body: Annotated[SlotFile | None, Body()] = None) -> dict[str, Any]:
+    served = registry.resolve(None)
+    if not 0 <= id_slot < served.llama.engine.n_slots:
+        raise ApiError(400, "Invalid slot ID", param="id_slot")
+    if action == "erase":
+        return await asyncio.to_thread(_erase, served, id_slot)
+    folder = request.app.state.slot_save_path
+    if folder is None:
+        raise ApiError(400, "This server does not support slots action. Start it with `--slot-save-path`",
+                       param="action")
+    if body is None or body.filename is None:
+        raise ApiError(400, "filename: a JSON body {\"filename\": ...} is needed", param="filename")
+    if not valid_filename(body.filename):
+        raise ApiError(400, "Invalid filename", param="filename")
+    path = Path(folder) / body.filename
+    if action == "save":
+        return await asyncio.to_thread(_save, served, id_slot, path)
+    if not path.is_file():
+        raise ApiError(400, "Unable to restore slot: no such slot save file", param="filename")
+    return await asyncio.to_thread(_restore, served, id_slot, path)
+
+
+def valid_filename(name: str) -> bool:
+    """llama.cpp's fs_validate_filename (no subfolders): a plain file name that cannot leave its folder."""
+    if not name or len(name.encode("utf-8", "surrogatepass")) > 255:
+        return False
+    for c in name:
+        code = ord(c)
+        if (code <= 0x1F or code == 0x7F or 0x80 <= code <= 0x9F or code in (0xFF0E, 0x2215, 0x2216, 0xFFFD, 0xFEFF)
+                or 0xD800 <= code <= 0xDFFF or c in ':*?"<>|/\\'):
+            return False
+    if name[0] == " " or name[-1] in " ." or ".." in name or name == ".":
+        return False
+    return True
+
+
+def _save(served: Served, id_slot: int, path: Path) -> dict[str, Any]:
+    start = time.perf_counter()
+    data = served.llama.save_state()
+    assert isinstance(data, bytes)
+    path.write_bytes(data)
+    slots, _ = saved_state.unpack(served.llama, data)
+    return {"id_slot": id_slot, "filename": path.name, "n_saved": len(slots[id_slot]), "n_written": len(data),
+            "timings": {"save_ms": (time.perf_counter() - start) * 1e3}}
+
+
+def _restore(served: Served, id_slot: int, path: Path) -> dict[str, Any]:
+    start = time.perf_counter()
+    data = path.read_bytes()
+    served.llama.load_state(data)
+    slots, _ = saved_state.unpack(served.llama, data)
+    return {"id_slot": id_slot, "filename": path.name, "n_restored": len(slots[id_slot]), "n_read": len(data),
+            "timings": {"restore_ms": (time.perf_counter() - start) * 1e3}}
+
+
+def _erase(served: Served, id_slot: int) -> dict[str, Any]:
+    with served.llama.engine.idle("erasing a slot") as slots:
+        n = len(slots[id_slot])
+        slots[id_slot].clear()  # the engine drops a slot's cells past what its list says it holds
+    return {"id_slot": id_slot, "n_erased": n}
+
+
+def _build_info() -> str:
+    from ... import __version__
+
+    return f"llamaplug {__version__}"

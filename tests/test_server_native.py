@@ -1,0 +1,314 @@
+"""`llamaplug serve` as a drop-in for llama-server: one script, written for the pin's llama-server, run on both.
+
+The script (`llama_server_script`) does what a user's curl or editor does: /completion
+(text, tokens, stop words, a stream), /tokenize with_pieces, /detokenize, /apply-template,
+/props, /slots with save/restore/erase, bad requests, and the `openai` client with a
+model name neither server has ("gpt-4o-mini"). Both servers load SmolLM2 with the same
+threads, slots and context; the answers must have the same keys and types, the same
+greedy text, the same statuses and the same error bodies. Where llama-server answers a
+bad request with a 500 (its JSON parser's exception), ours is a 400 in the same shape.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from fixtures.tiny_gguf import FIM, write_tiny_model, write_tiny_reranker
+from llamaplug_testing import llama_server, llamaplug_server
+
+CTX = 1024  # one slot of 1024 positions on both
+SCRIPT_PROMPT = "The capital of France is"
+
+
+def call(port: int, path: str, body: Any = None, raw: bytes | None = None, method: str | None = None
+         ) -> tuple[int, Any]:
+    """One request as `curl -d` sends it (form Content-Type, JSON body): (status, parsed body)."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            status, text = resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        status, text = err.code, err.read().decode()
+    if text.startswith("data: "):
+        return status, [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    return status, json.loads(text)
+
+
+def llama_server_script(port: int) -> dict[str, tuple[int, Any]]:
+    """What a script written for llama-server sees, request by request."""
+    seen = {
+        "completion": call(port, "/completion", {"prompt": SCRIPT_PROMPT, "n_predict": 12, "temperature": 0}),
+        "completions": call(port, "/completions", {"prompt": SCRIPT_PROMPT, "n_predict": 12, "temperature": 0}),
+        "completion_stop": call(port, "/completion", {"prompt": "List: one, two,", "n_predict": 24,
+                                                      "temperature": 0, "stop": [","]}),
+        "completion_tokens": call(port, "/completion", {"prompt": [504, 3575, 282, 4649, 314], "n_predict": 6,
+                                                        "temperature": 0, "cache_prompt": True, "id_slot": 0}),
+        "completion_stream": call(port, "/completion", {"prompt": SCRIPT_PROMPT, "n_predict": 12,
+                                                        "temperature": 0, "stream": True}),
+        "tokenize": call(port, "/tokenize", {"content": "Hello world, héllo <|im_start|>"}),
+        "tokenize_pieces": call(port, "/tokenize", {"content": "Hello world, héllo", "with_pieces": True}),
+        "detokenize": call(port, "/detokenize", {"tokens": [19556, 905, 28]}),
+        "apply_template": call(port, "/apply-template", {"messages": [{"role": "user", "content": "Hi there"}]}),
+        "props": call(port, "/props", method="GET"),
+        "slots": call(port, "/slots", method="GET"),
+        "slot_save": call(port, "/slots/0?action=save", {"filename": "script-slot.bin"}),
+        "slot_restore": call(port, "/slots/0?action=restore", {"filename": "script-slot.bin"}),
+        "slot_erase": call(port, "/slots/0?action=erase", {}),
+        "slot_traversal": call(port, "/slots/0?action=save", {"filename": "../outside.bin"}),
+        "slot_absolute": call(port, "/slots/0?action=restore", {"filename": "/etc/passwd"}),
+        "slot_bad_id": call(port, "/slots/x?action=erase", {}),
+        "bad_prompt_type": call(port, "/completion", {"prompt": 5}),
+        "bad_n_predict_type": call(port, "/completion", {"prompt": "a", "n_predict": "many"}),
+        "no_prompt": call(port, "/completion", {}),
+        "too_long": call(port, "/completion", {"prompt": "hello " * 3000, "n_predict": 1}),
+        "bad_json": call(port, "/completion", raw=b"{not json"),
+    }
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    chat = client.chat.completions.create(model="gpt-4o-mini", max_tokens=12, temperature=0,
+                                          messages=[{"role": "user", "content": "Name a fruit."}])
+    text = client.completions.create(model="gpt-4o-mini", prompt=SCRIPT_PROMPT, max_tokens=12, temperature=0)
+    seen["openai_chat"] = (200, chat.choices[0].message.content)
+    seen["openai_completion"] = (200, text.choices[0].text)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def both(native_tools, smollm2_path, tmp_path_factory) -> dict[str, dict[str, tuple[int, Any]]]:
+    """The script's answers from the pin's llama-server and from llamaplug serve (each with its own save folder)."""
+    folders = [tmp_path_factory.mktemp(name) for name in ("theirs", "ours")]
+    with llama_server(native_tools, smollm2_path, "-c", str(CTX), "--slot-save-path", f"{folders[0]}/",
+                      "--metrics") as port:
+        theirs = llama_server_script(port)
+    with llamaplug_server(smollm2_path, "-np", "1", "-c", str(CTX), "--slot-save-path", str(folders[1]),
+                          "--metrics", "--jinja") as (port, _):
+        ours = llama_server_script(port)
+        ours["metrics"] = (200, _metrics(port))
+    assert not (folders[1].parent / "outside.bin").exists()
+    return {"theirs": theirs, "ours": ours}
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def _shape(value: Any) -> Any:
+    """Keys and JSON types (a float that is whole may come as an int from one side: both are numbers)."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(value[0])] if value else []
+    if isinstance(value, bool) or value is None:
+        return type(value).__name__
+    return "number" if isinstance(value, (int, float)) else type(value).__name__
+
+
+COMPLETION_KEYS = {"index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
+                   "generation_settings", "prompt", "has_new_line", "truncated", "stop_type", "stopping_word",
+                   "tokens_cached", "timings"}
+
+
+@pytest.mark.parametrize("name", ["completion", "completions", "completion_stop", "completion_tokens"])
+def test_completion_has_llama_servers_shape_and_greedy_text(both, name):
+    (s1, theirs), (s2, ours) = both["theirs"][name], both["ours"][name]
+    assert s1 == s2 == 200
+    assert COMPLETION_KEYS <= set(theirs) and COMPLETION_KEYS <= set(ours)
+    for key in COMPLETION_KEYS - {"generation_settings"}:
+        assert _shape(ours[key]) == _shape(theirs[key]), key
+    assert set(ours["timings"]) == set(theirs["timings"])
+    for key in ("content", "stop", "stop_type", "stopping_word", "tokens_predicted", "tokens_evaluated",
+                "tokens_cached", "has_new_line"):
+        assert ours[key] == theirs[key], key
+
+
+def test_stop_word_is_named(both):
+    ours = both["ours"]["completion_stop"][1]
+    assert ours["stop_type"] == "word" and ours["stopping_word"] == ","
+
+
+def test_stream_is_llama_servers(both):
+    (_, theirs), (_, ours) = both["theirs"]["completion_stream"], both["ours"]["completion_stream"]
+    whole = both["theirs"]["completion"][1]["content"]
+    for events in (theirs, ours):
+        assert "".join(e["content"] for e in events) == whole
+        assert [e["stop"] for e in events] == [False] * (len(events) - 1) + [True]
+        assert {"index", "content", "tokens", "stop", "tokens_predicted", "tokens_evaluated"} <= set(events[0])
+    assert _shape(ours[0]) == _shape(theirs[0])
+    assert COMPLETION_KEYS <= set(ours[-1])
+
+
+@pytest.mark.parametrize("name", ["tokenize", "tokenize_pieces", "detokenize", "apply_template"])
+def test_token_and_template_endpoints_answer_the_same(both, name):
+    assert both["ours"][name] == both["theirs"][name]
+
+
+def test_props_and_slots_have_llama_servers_keys(both):
+    (_, theirs), (_, ours) = both["theirs"]["props"], both["ours"]["props"]
+    for key in ("total_slots", "model_path", "chat_template", "bos_token", "eos_token", "endpoint_slots",
+                "endpoint_metrics"):
+        assert ours[key] == theirs[key], key
+    for key in ("model_alias", "build_info", "is_sleeping"):
+        assert _shape(ours[key]) == _shape(theirs[key]), key
+    for key in ("default_generation_settings", "modalities"):
+        assert set(ours[key]) == set(theirs[key]), key
+    assert ours["default_generation_settings"]["n_ctx"] == theirs["default_generation_settings"]["n_ctx"]
+    (_, theirs), (_, ours) = both["theirs"]["slots"], both["ours"]["slots"]
+    assert len(ours) == len(theirs) == 1
+    for key in ("id", "n_ctx", "is_processing", "speculative"):
+        assert ours[0][key] == theirs[0][key], key
+
+
+@pytest.mark.parametrize("name, keys", [
+    ("slot_save", {"id_slot", "filename", "n_saved", "n_written", "timings"}),
+    ("slot_restore", {"id_slot", "filename", "n_restored", "n_read", "timings"}),
+    ("slot_erase", {"id_slot", "n_erased"}),
+])
+def test_slot_actions(both, name, keys):
+    (s1, theirs), (s2, ours) = both["theirs"][name], both["ours"][name]
+    assert s1 == s2 == 200
+    assert set(theirs) == set(ours) == keys
+    assert ours["id_slot"] == theirs["id_slot"] == 0
+    if "filename" in keys:
+        assert ours["filename"] == theirs["filename"] == "script-slot.bin"
+
+
+@pytest.mark.parametrize("name", ["slot_traversal", "slot_absolute", "slot_bad_id", "bad_prompt_type",
+                                  "bad_n_predict_type", "no_prompt", "too_long"])
+def test_bad_requests_have_llama_servers_status_and_error_body(both, name):
+    (s1, theirs), (s2, ours) = both["theirs"][name], both["ours"][name]
+    assert s1 == s2 == 400, (theirs, ours)
+    assert set(ours["error"]) == set(theirs["error"]), (theirs, ours)
+    assert ours["error"]["code"] == 400 and ours["error"]["type"] == theirs["error"]["type"]
+    if name in ("slot_traversal", "slot_absolute", "too_long"):
+        assert ours == theirs  # the very same body: message, and n_prompt_tokens/n_ctx for too_long
+
+
+def test_bad_json_is_a_400_in_llama_servers_shape(both):
+    (s1, theirs), (s2, ours) = both["theirs"]["bad_json"], both["ours"]["bad_json"]
+    assert s1 == 500 and s2 == 400  # llama-server's parser exception is a 500; a bad body is the client's fault
+    assert set(ours["error"]) == set(theirs["error"]) == {"code", "message", "type"}
+    assert ours["error"]["type"] == "invalid_request_error"
+
+
+def test_openai_client_with_any_model_name_gets_the_same_text(both):
+    for name in ("openai_chat", "openai_completion"):
+        assert both["ours"][name] == both["theirs"][name], name
+
+
+def test_metrics_have_llama_servers_names_with_a_model_label(both, smollm2_path):
+    text = both["ours"]["metrics"][1]
+    label = f'{{model="{Path(smollm2_path).name}"}}'
+    for name in ("prompt_tokens_total", "tokens_predicted_total", "requests_processing", "requests_deferred",
+                 "n_decode_total"):
+        assert f"llamacpp:{name}{label} " in text, name
+    predicted = next(line for line in text.splitlines() if line.startswith("llamacpp:tokens_predicted_total"))
+    assert float(predicted.split()[-1]) > 0
+
+
+def test_rerank_and_infill_equal_llama_servers(native_tools, tmp_path):
+    """/v1/rerank (and /rerank) on the tiny generated reranker, /infill on the tiny FIM model: the same answers."""
+    reranker = write_tiny_reranker(tmp_path / "tiny-reranker.gguf")
+    fim = write_tiny_model(tmp_path / "tiny-fim.gguf", FIM)
+    rerank = {"query": "what is a cat", "documents": ["a cat is a small animal", "paris", "cats and dogs"],
+              "top_n": 2}
+    infill = {"input_prefix": "hello", "input_suffix": " world", "n_predict": 6, "temperature": 0}
+    answers: dict[str, list[Any]] = {"theirs": [], "ours": []}
+    with llama_server(native_tools, reranker, "-c", "128", "--reranking") as port:
+        answers["theirs"] += [call(port, "/v1/rerank", rerank), call(port, "/rerank", {**rerank, "top_n": 3})]
+    with llamaplug_server(reranker, "-np", "1", "-c", "128", "--reranking") as (port, _):
+        answers["ours"] += [call(port, "/v1/rerank", rerank), call(port, "/rerank", {**rerank, "top_n": 3})]
+    with llama_server(native_tools, fim, "-c", "128") as port:
+        answers["theirs"].append(call(port, "/infill", infill))
+    with llamaplug_server(fim, "-np", "1", "-c", "128") as (port, _):
+        answers["ours"].append(call(port, "/infill", infill))
+    for (s1, theirs), (s2, ours) in zip(answers["theirs"][:2], answers["ours"][:2]):
+        assert s1 == s2 == 200
+        assert set(ours) == set(theirs) and ours["usage"] == theirs["usage"]
+        assert [r["index"] for r in ours["results"]] == [r["index"] for r in theirs["results"]]
+        for a, b in zip(ours["results"], theirs["results"]):
+            assert a["relevance_score"] == pytest.approx(b["relevance_score"], rel=1e-3, abs=1e-4)
+    (s1, theirs), (s2, ours) = answers["theirs"][2], answers["ours"][2]
+    assert s1 == s2 == 200
+    assert ours["content"] == theirs["content"] and ours["stop_type"] == theirs["stop_type"]
+    assert COMPLETION_KEYS <= set(ours)
+
+
+def test_api_key_guards_every_route_but_health_and_a_dropped_stream_frees_its_slot(smollm2_path):
+    with llamaplug_server(smollm2_path, "-np", "1", "-c", "256", "--api-key", "s3cret") as (port, _):
+        for path in ("/props", "/slots", "/metrics", "/v1/models", "/models"):
+            status, body = call(port, path, method="GET")
+            assert status == 401, path
+        status, body = call(port, "/tokenize", {"content": "hi"})
+        assert status == 401 and body["error"]["code"] == 401 and body["error"]["type"] == "authentication_error"
+        assert call(port, "/health", method="GET")[0] == 200
+        for header in ("Bearer s3cret", "s3cret"):  # as llama-server, with or without "Bearer "
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/props", headers={"Authorization": header})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                assert resp.status == 200
+        key = {"Authorization": "Bearer s3cret"}
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/completion", json.dumps({"prompt": "Count: 1, 2, 3,", "n_predict": 2000,
+                                                        "temperature": 0, "stream": True}), key)
+        resp = conn.getresponse()
+        for _ in range(3):
+            assert resp.fp.readline()  # a few events arrive
+        assert _processing(port, key) == 1
+        conn.sock.close()
+        conn.close()
+        deadline = time.monotonic() + 10
+        while _processing(port, key) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processing(port, key) == 0
+
+
+def _processing(port: int, headers: dict[str, str]) -> float:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        line = next(x for x in resp.read().decode().splitlines() if x.startswith("llamacpp:requests_processing{"))
+    return float(line.split()[-1])
+
+
+@pytest.mark.parametrize("argv, dest, value", [
+    (["-n", "7"], "n_predict", 7), (["--n-predict", "7"], "n_predict", 7), (["-a", "gpt"], "alias", "gpt"),
+    (["-cram", "64"], "cache_ram", 64), (["--slot-save-path", "/tmp"], "slot_save_path", "/tmp"),
+    (["-c", "512", "-np", "2", "-t", "1"], "parallel", 2),
+])
+def test_llama_server_flags_we_have(argv, dest, value):
+    from llamaplug.cli import parser
+
+    assert getattr(parser().parse_args(["serve", *argv, "--jinja", "--metrics", "--embeddings", "-cb"]), dest) == value
+
+
+@pytest.mark.parametrize("flag", ["--temp", "-fa", "--flash-attn", "--ubatch-size", "--no-webui-mcp-proxy"])
+def test_a_llama_server_flag_we_lack_is_an_error_naming_it(flag, capsys):
+    from llamaplug.cli import parser
+
+    with pytest.raises(SystemExit):
+        parser().parse_args(["serve", flag, "1"])
+    assert f"{flag} is a llama-server flag" in capsys.readouterr().err
+
+
+def test_single_model_serves_any_name_and_several_keep_the_404(llama):
+    """As llama-server: one model answers to any `model`; with several, an unknown name is a 404 naming them.
+
+    (Moved here from test_server.py's unknown_model case, whose 404 was the one-model behaviour before.)
+    """
+    from llamaplug.server.errors import ApiError
+    from llamaplug.server.registry import ModelRegistry, Served
+
+    one = ModelRegistry([Served("smol", llama)])
+    assert one.resolve("gpt-4o-mini") is one.resolve(None) is one.resolve("smol")
+    two = ModelRegistry([Served("smol", llama), Served("other", llama)])
+    assert two.resolve("other").id == "other"
+    with pytest.raises(ApiError) as err:
+        two.resolve("gpt-4o-mini")
+    assert err.value.status == 404 and err.value.param == "model" and "'smol', 'other'" in str(err.value)
