@@ -86,6 +86,14 @@ def test_the_bridge_relays_an_asgi_answer_and_a_disconnect():
     assert sent == ["waiting", "told"]
 
 
+def test_serve_ray_without_ray_says_what_to_install(smollm2_path):
+    code = ("import sys; sys.modules['ray'] = None; from llamaplug.cli import main; "
+            f"sys.exit(main(['serve', '--ray', '-m', {str(smollm2_path)!r}, '-c', '512']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert 'pip install "llamaplug[ray]"' in done.stderr and "Traceback" not in done.stderr
+
+
 # -- the cluster ------------------------------------------------------------------------------------------------------
 
 try:
@@ -95,10 +103,15 @@ except ImportError:  # the tests above still run
     ray = serve = None
 
 
+# A loopback cluster of the test's own: no usage report, and no token (Ray 2.60 turns token auth on when it finds
+# ~/.ray/auth_token, which a local `ray.init()` leaves behind; the second node would need the same token).
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
 def _ray(*args: str) -> subprocess.Popen:
     # Its own process group: the teardown ends this cluster's processes and no other.
     return subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--block", *args],
-                            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, stdout=subprocess.DEVNULL,
+                            env={**os.environ, **RAY_ENV}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -107,6 +120,13 @@ def cluster():
     """A head (2 CPUs) and a second node (1 CPU) on this machine; yields the address. Ended at the module's end."""
     if ray is None:
         pytest.skip('needs Ray Serve: pip install "llamaplug[ray]"')
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in RAY_ENV.items():
+            env.setenv(name, value)  # for this process's driver, and the CLI's
+        yield from _cluster()
+
+
+def _cluster():
     port = free_port()
     address = f"127.0.0.1:{port}"
     temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
@@ -230,7 +250,7 @@ def _families(n_families: int = 4, per_family: int = 8) -> list[str]:
     """Prompts of `n_families` families: a long shared preamble each (longer than the routing key), then a question."""
     topics = ["the sea", "mountains", "old clocks", "bread"]
     preambles = [f"Notes on {topics[f]}, family {f}. " + " ".join(f"Fact {i} about {topics[f]} is worth knowing."
-                                                                  for i in range(24)) for f in range(n_families)]
+                                                                  for i in range(10)) for f in range(n_families)]
     return [f"{preambles[f]} Question {q}: what is fact {q}?" for q in range(per_family) for f in range(n_families)]
 
 
@@ -306,6 +326,7 @@ def test_a_killed_replica_costs_only_its_requests_and_comes_back(ingress):
     assert not hung
     results = [f.result() for f in futures]  # each ended (the client's timeout would raise here)
     failed = [(status, body) for status, body, _ in results if status != 200]
+    print(f"replica {victim} killed under {len(prompts)} requests: {len(failed)} failed")
     assert len(failed) <= SLOTS  # only what the killed replica held; most are retried on the other
     for status, body in failed:
         assert status == 503 and body["error"]["code"] == "replica_unavailable" and body["error"]["type"]
@@ -318,3 +339,32 @@ def test_a_killed_replica_costs_only_its_requests_and_comes_back(ingress):
     after = _replicas(ingress)
     assert len(after) == 2 and len(set(after) - set(before)) == 1  # a new replica serves beside the survivor
     assert victim not in _replica_pids()
+
+
+@pytest.mark.ray
+def test_llamaplug_serve_ray_deploys_on_a_cluster(cluster, ingress, plain, smollm2_path):
+    """The CLI on the running cluster: it replaces the app with its own (1 replica), served where Serve listens."""
+    proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", "--ray", "--ray-address", cluster,
+                             "--replicas", "1", "-m", str(smollm2_path), "-c", str(CTX), "-np", str(SLOTS),
+                             "--alias", "via-cli"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the CLI's app did not come up"
+            try:
+                if [m.id for m in _client(ingress).models.list().data] == ["via-cli"]:
+                    break
+            except openai.APIError:
+                pass
+            time.sleep(1)
+        want = _client(plain).completions.create(model=_client(plain).models.list().data[0].id,
+                                                 prompt="Snow is", max_tokens=12, temperature=0).choices[0].text
+        got = _client(ingress).completions.create(model="via-cli", prompt="Snow is", max_tokens=12, temperature=0)
+        assert got.choices[0].text == want
+    finally:
+        proc.send_signal(signal.SIGINT)  # as Ctrl-C: the CLI deletes its app
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
