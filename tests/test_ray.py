@@ -31,6 +31,12 @@ from llamaplug_testing import free_port, llamaplug_server
 from llamaplug.integrations.affinity import HashRing, affinity_key, prompt_text
 from llamaplug.integrations.asgi_bridge import Forwarded, Head, answer
 
+try:
+    import ray
+    from ray import serve
+except ImportError:  # the tests that need no Ray still run
+    ray = serve = None
+
 SLOTS = 4
 CTX = 4096
 APP = "llamaplug"
@@ -94,13 +100,23 @@ def test_serve_ray_without_ray_says_what_to_install(smollm2_path):
     assert 'pip install "llamaplug[ray]"' in done.stderr and "Traceback" not in done.stderr
 
 
+def test_app_builders_check_what_they_are_given(smollm2_path, tmp_path):
+    if ray is None:
+        pytest.skip('needs Ray Serve: pip install "llamaplug[ray]"')
+    from llamaplug import InvalidParameterError
+    from llamaplug.integrations.ray import app_from_args, build_app
+
+    assert isinstance(app_from_args({"model": str(smollm2_path), "replicas": "2", "threads": "1"}), serve.Application)
+    for call, field in ((lambda: app_from_args({"replicas": "2"}), "model"),
+                        (lambda: build_app(smollm2_path, routing="random"), "routing"),
+                        (lambda: build_app(tmp_path), "source"), (lambda: build_app(42), "source")):
+        with pytest.raises(InvalidParameterError) as err:
+            call()
+        assert err.value.field == field
+
+
 # -- the cluster ------------------------------------------------------------------------------------------------------
 
-try:
-    import ray
-    from ray import serve
-except ImportError:  # the tests above still run
-    ray = serve = None
 
 
 # A loopback cluster of the test's own: no usage report, and no token (Ray 2.60 turns token auth on when it finds

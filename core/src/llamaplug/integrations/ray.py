@@ -225,6 +225,19 @@ def build_app(source: LlamaParams | str | os.PathLike[str] | AppFactory, *, num_
                         first_byte_timeout_s)
 
 
+def app_from_args(args: dict[str, str]) -> serve.Application:
+    """An app builder for Serve's own tools: `serve run llamaplug.integrations.ray:app_from_args model=M.gguf
+    replicas=2`, or a RayService's `import_path` with these `args` (KubeRay). Keys: model (a GGUF path; required),
+    replicas (1), threads (CPUs and threads a replica, 1), slots (4), ctx (KV positions a replica, 4096),
+    alias, api_key, routing ("prefix")."""
+    if "model" not in args:
+        raise InvalidParameterError("app_from_args: `model` (a GGUF path) is required", field="model")
+    params = LlamaParams(args["model"], n_ctx=int(args.get("ctx", 4096)), n_seq_max=int(args.get("slots", 4)))
+    return build_app(params, num_replicas=int(args.get("replicas", 1)),
+                     ray_actor_options={"num_cpus": float(args.get("threads", 1))}, model_id=args.get("alias"),
+                     api_key=args.get("api_key"), routing=args.get("routing", "prefix"))
+
+
 def run(params: LlamaParams, *, replicas: int, address: str | None, host: str, port: int,
         threads: int | None, model_id: str | None, api_key: str | None, pooling: str | None) -> None:
     """`llamaplug serve --ray`: the app on the cluster at `address` (None: a local one), until Ctrl-C."""
