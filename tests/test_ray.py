@@ -321,6 +321,24 @@ def test_a_client_leaving_a_stream_frees_its_replicas_slot(ingress):
     assert _metrics(ingress, replica)["llamaplug_slots_busy"] == 0
 
 
+def _stream(port: int, prompt: str) -> tuple[int, list[dict]]:
+    """A streamed completion read to its end: the status and the events' JSON (the last one is [DONE]'s None)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=90)
+    try:
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": 48, "stream": True}),
+                     {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return resp.status, [json.loads(resp.read())]
+        events: list[dict] = []
+        for line in resp:
+            if line.startswith(b"data: "):
+                events.append(None if line.strip() == b"data: [DONE]" else json.loads(line[6:]))
+        return 200, events
+    finally:
+        conn.close()
+
+
 def _replica_pids() -> set[int]:
     return {p.pid for p in psutil.process_iter(["cmdline"])
             if any(f"ServeReplica:{APP}:LlamaReplica" in part for part in (p.info["cmdline"] or []))}
@@ -333,19 +351,27 @@ def test_a_killed_replica_costs_only_its_requests_and_comes_back(ingress):
     assert len(before) == 2 and len(pids) == 2
     prompts = [f"Story {i}: once upon a time" for i in range(12)]
     with ThreadPoolExecutor(len(prompts)) as pool:
-        futures = [pool.submit(_post, ingress, "/v1/completions", {"prompt": p, "max_tokens": 48}, 90)
-                   for p in prompts]
+        plain_ones = [pool.submit(_post, ingress, "/v1/completions", {"prompt": p, "max_tokens": 48}, 90)
+                      for p in prompts[:8]]
+        streams = [pool.submit(_stream, ingress, p) for p in prompts[8:]]
         time.sleep(2)  # both replicas are busy
         victim = min(pids)
         os.kill(victim, signal.SIGKILL)
-        done, hung = wait(futures, timeout=120)
+        _, hung = wait(plain_ones + streams, timeout=120)
     assert not hung
-    results = [f.result() for f in futures]  # each ended (the client's timeout would raise here)
-    failed = [(status, body) for status, body, _ in results if status != 200]
+    # Each ended (a client's timeout would raise here): with an answer, or with OpenAI's error shape.
+    failed = [body for status, body, _ in (f.result() for f in plain_ones) if status != 200]
+    for body in failed:
+        assert body["error"]["code"] == "replica_unavailable" and body["error"]["type"] == "server_error"
+    for status, events in (f.result() for f in streams):
+        assert status == 200 and events[-1] is None  # [DONE]
+        if "error" in events[-2]:  # cut: the status line was out when its replica died
+            failed.append(events[-2])
+            assert events[-2]["error"]["type"] == "server_error"
+        else:
+            assert events[-2]["choices"][0]["finish_reason"] == "length"
     print(f"replica {victim} killed under {len(prompts)} requests: {len(failed)} failed")
-    assert len(failed) <= SLOTS  # only what the killed replica held; most are retried on the other
-    for status, body in failed:
-        assert status == 503 and body["error"]["code"] == "replica_unavailable" and body["error"]["type"]
+    assert len(failed) <= SLOTS  # only what the killed replica held; the others were retried on the survivor
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         status = serve.status().applications[APP].deployments["LlamaReplica"]

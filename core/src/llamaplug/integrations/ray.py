@@ -125,6 +125,9 @@ class Ingress:
                 stream.cancel()
                 lost = exc
                 log.warning("request %s %s: replica lost (%s)", forwarded.method, forwarded.path, exc)
+            except asyncio.CancelledError:  # the client left while the replica worked: stop it
+                stream.cancel()
+                raise
             except ray.exceptions.RayError as exc:  # the replica's own code failed: no other would do better
                 stream.cancel()
                 log.exception("request %s %s failed in its replica", forwarded.method, forwarded.path)
