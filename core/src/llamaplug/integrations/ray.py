@@ -47,6 +47,8 @@ REPLICA_HEADER = "x-llamaplug-replica"
 # A replica lost in flight: the actor died or cannot be reached (Ray's errors; a task error is not one).
 _LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.RaySystemError)
 
+_PINNED_TIMEOUT_S = 30.0
+
 AppFactory = Callable[[int], ASGIApp]  # n_threads -> the replica's ASGI app
 
 
@@ -66,7 +68,7 @@ class LlamaAppFactory:
         params = self.params
         if "n_threads" not in params.model_fields_set:
             params = params.model_copy(update={"n_threads": n_threads})
-        return create_app(Llama.load(params), self.model_id, self.api_key, self.pooling)
+        return create_app(Llama.load(params), model_id=self.model_id, api_key=self.api_key, pooling=self.pooling)
 
 
 class LlamaReplica:
@@ -112,19 +114,24 @@ class Ingress:
                               tuple(request.headers.raw), await request.body())
         route = {"affinity": affinity_key(forwarded.path, forwarded.body, self._chars),
                  "replica": request.headers.get(REPLICA_HEADER)}
+        # A pinned replica that is gone would be waited for (Serve's router retries until it is back): not long.
+        timeout = min(self._timeout, _PINNED_TIMEOUT_S) if route["replica"] else self._timeout
         lost: BaseException | None = None
         for _ in range(2):  # one retry: nothing has reached the client yet
             stream = self._replicas.forward.remote(forwarded, **route)
             try:
-                head, first = await asyncio.wait_for(_head_and_first_chunk(stream), self._timeout)
+                head, first = await asyncio.wait_for(_head_and_first_chunk(stream), timeout)
                 if _is_event_stream(head):
                     return _relay(head, StreamingResponse(_rest(stream, first), status_code=head.status))
                 body = first + b"".join([chunk async for chunk in stream])
                 return _relay(head, Response(body, status_code=head.status))
-            except (*_LOST, asyncio.TimeoutError) as exc:
+            except _LOST as exc:
                 stream.cancel()
                 lost = exc
                 log.warning("request %s %s: replica lost (%s)", forwarded.method, forwarded.path, exc)
+            except asyncio.TimeoutError:  # slow, not lost: another try would only wait as long again
+                stream.cancel()
+                return _error(503, f"no answer began within {timeout:g} s", "replica_timeout")
             except asyncio.CancelledError:  # the client left while the replica worked: stop it
                 stream.cancel()
                 raise
