@@ -15,6 +15,7 @@ import asyncio
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -185,6 +186,7 @@ def _cluster():
         psutil.wait_procs([p for p in processes if isinstance(p, psutil.Process)], timeout=10)
         for start in starts:
             start.wait(timeout=10)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
