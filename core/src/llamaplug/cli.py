@@ -14,6 +14,7 @@ from .errors import LlamaError, TokenizerError
 
 if TYPE_CHECKING:
     from .blocks.gguf_info import GgufInfo
+    from .params import LlamaParams
 
 log = logging.getLogger("llamaplug.cli")
 
@@ -139,14 +140,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
     if args.mmproj:
         extra["mmproj_path"] = args.mmproj
-    llama = Llama.load(LlamaParams(model_path=path, n_ctx=args.ctx_size, n_seq_max=args.parallel,
-                                   cache_ram_mib=args.cache_ram,
-                                   log_level=args.log, n_gpu_layers=args.n_gpu_layers, seed=args.seed, **extra))
+    params = LlamaParams(model_path=path, n_ctx=args.ctx_size, n_seq_max=args.parallel, cache_ram_mib=args.cache_ram,
+                         log_level=args.log, n_gpu_layers=args.n_gpu_layers, seed=args.seed, **extra)
+    if args.ray:
+        return _serve_on_ray(params, args)
+    llama = Llama.load(params)
     app = create_app(llama, args.alias, args.api_key, args.pooling, n_predict=args.n_predict,
                      slot_save_path=args.slot_save_path)
     print(f"llamaplug serve {path} on http://{args.host}:{args.port} ({args.parallel} slots of "
           f"{llama.engine.n_ctx_seq} tokens)", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _serve_on_ray(params: LlamaParams, args: argparse.Namespace) -> int:
+    from .errors import InvalidParameterError
+
+    try:
+        from .integrations import ray as on_ray
+    except ImportError as exc:
+        raise InvalidParameterError(f'`llamaplug serve --ray` needs Ray Serve: pip install "llamaplug[ray]" '
+                                    f"({exc.name} is missing)") from None
+    print(f"llamaplug serve on Ray ({args.ray_address or 'a local cluster'}): {args.replicas} replicas on "
+          f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    on_ray.run(params, replicas=args.replicas, address=args.ray_address, host=args.host, port=args.port,
+               threads=args.threads, model_id=args.alias, api_key=args.api_key, pooling=args.pooling)
     return 0
 
 
@@ -347,6 +365,9 @@ def parser() -> argparse.ArgumentParser:
                        help="require `Authorization: Bearer KEY` on every route but /health (401 otherwise)")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"], default="error")
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
+    serve.add_argument("--ray", action="store_true", help='replicas on Ray Serve (pip install "llamaplug[ray]")')
+    serve.add_argument("--ray-address", help="the Ray cluster (ray start's address; default: start a local one)")
+    serve.add_argument("--replicas", type=int, default=1, help="with --ray: engines, each -t threads (1 CPU each)")
     from .serve_flags import add_llama_server_flags
 
     add_llama_server_flags(serve)  # last: llama-server's flags that are not ours become errors naming them

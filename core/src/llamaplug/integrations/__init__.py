@@ -1,0 +1,1 @@
+"""Integrations with other serving systems (each imports its system lazily: the core never needs it installed)."""
