@@ -164,7 +164,8 @@ def _serve_on_ray(params: LlamaParams, args: argparse.Namespace) -> int:
     print(f"llamaplug serve on Ray ({args.ray_address or 'a local cluster'}): {args.replicas} replicas on "
           f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     on_ray.run(params, replicas=args.replicas, address=args.ray_address, host=args.host, port=args.port,
-               threads=args.threads, model_id=args.alias, api_key=args.api_key, pooling=args.pooling)
+               threads=args.threads, model_id=args.alias, api_key=args.api_key, pooling=args.pooling,
+               app_options={"n_predict": args.n_predict, "slot_save_path": args.slot_save_path})
     return 0
 
 

@@ -60,6 +60,7 @@ class LlamaAppFactory:
     model_id: str | None = None
     api_key: str | None = None
     pooling: str | None = None
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # create_app's other keywords
 
     def __call__(self, n_threads: int) -> ASGIApp:
         from ..high.llama import Llama
@@ -68,7 +69,8 @@ class LlamaAppFactory:
         params = self.params
         if "n_threads" not in params.model_fields_set:
             params = params.model_copy(update={"n_threads": n_threads})
-        return create_app(Llama.load(params), model_id=self.model_id, api_key=self.api_key, pooling=self.pooling)
+        return create_app(Llama.load(params), model_id=self.model_id, api_key=self.api_key, pooling=self.pooling,
+                          **self.options)
 
 
 class LlamaReplica:
@@ -186,15 +188,15 @@ def _error(status: int, message: str, code: str) -> Response:
 
 
 def _factory(source: LlamaParams | str | os.PathLike[str] | AppFactory, model_id: str | None, api_key: str | None,
-             pooling: str | None) -> AppFactory:
+             pooling: str | None, options: dict[str, Any]) -> AppFactory:
     if isinstance(source, LlamaParams):
-        return LlamaAppFactory(source, model_id, api_key, pooling)
+        return LlamaAppFactory(source, model_id, api_key, pooling, options)
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if path.is_dir():
             raise InvalidParameterError(f"build_app({path}): a models directory needs a factory giving the "
                                         "replica's app (source=callable(n_threads) -> ASGI app)", field="source")
-        return LlamaAppFactory(LlamaParams(path), model_id, api_key, pooling)
+        return LlamaAppFactory(LlamaParams(path), model_id, api_key, pooling, options)
     if callable(source):
         return source
     raise InvalidParameterError(f"build_app: source is a LlamaParams, a GGUF path or a factory, not "
@@ -205,7 +207,7 @@ def build_app(source: LlamaParams | str | os.PathLike[str] | AppFactory, *, num_
               autoscaling_config: dict[str, Any] | None = None, ray_actor_options: dict[str, Any] | None = None,
               max_ongoing_requests: int | None = None, model_id: str | None = None, api_key: str | None = None,
               pooling: str | None = None, routing: str = "prefix", affinity_chars: int = DEFAULT_CHARS,
-              first_byte_timeout_s: float = 600.0) -> serve.Application:
+              first_byte_timeout_s: float = 600.0, app_options: dict[str, Any] | None = None) -> serve.Application:
     """The Serve application: `num_replicas` (or `autoscaling_config`) replicas of one engine behind the ingress.
 
     `source`: the model's LlamaParams (or a GGUF path); each replica loads it with n_threads =
@@ -214,7 +216,8 @@ def build_app(source: LlamaParams | str | os.PathLike[str] | AppFactory, *, num_
     `max_ongoing_requests` (default: the params' slots, n_seq_max) is when a replica counts as
     saturated: its requests then go to the least loaded one. `routing`: "prefix" (consistent
     hashing of the prompt's first `affinity_chars` characters) or "round_robin".
-    `model_id`, `api_key`, `pooling`: as `create_app`'s.
+    `model_id`, `api_key`, `pooling` and `app_options` (its other keywords: n_predict, slot_save_path):
+    as `create_app`'s.
     """
     if routing not in ("prefix", "round_robin"):
         raise InvalidParameterError(f"routing {routing!r}: one of 'prefix', 'round_robin'", field="routing")
@@ -231,7 +234,7 @@ def build_app(source: LlamaParams | str | os.PathLike[str] | AppFactory, *, num_
             request_router_kwargs={"mode": routing}))
     # The ingress only relays bytes: it takes no CPU from the replicas, and many requests at once.
     ingress = serve.deployment(Ingress).options(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)
-    return ingress.bind(replica.bind(_factory(source, model_id, api_key, pooling)), affinity_chars,
+    return ingress.bind(replica.bind(_factory(source, model_id, api_key, pooling, app_options or {})), affinity_chars,
                         first_byte_timeout_s)
 
 
@@ -249,12 +252,13 @@ def app_from_args(args: dict[str, str]) -> serve.Application:
 
 
 def run(params: LlamaParams, *, replicas: int, address: str | None, host: str, port: int,
-        threads: int | None, model_id: str | None, api_key: str | None, pooling: str | None) -> None:
+        threads: int | None, model_id: str | None, api_key: str | None, pooling: str | None,
+        app_options: dict[str, Any] | None = None) -> None:
     """`llamaplug serve --ray`: the app on the cluster at `address` (None: a local one), until Ctrl-C."""
     ray.init(address=address, log_to_driver=False)
     serve.start(http_options={"host": host, "port": port})
     app = build_app(params, num_replicas=replicas, ray_actor_options={"num_cpus": threads or 1},
-                    model_id=model_id, api_key=api_key, pooling=pooling)
+                    model_id=model_id, api_key=api_key, pooling=pooling, app_options=app_options)
     try:
         serve.run(app, name="llamaplug", blocking=True)
     finally:
