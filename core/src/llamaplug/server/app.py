@@ -1,13 +1,14 @@
-"""The OpenAI-compatible HTTP API over one Llama: every client's requests share the engine's batches.
+"""The OpenAI-compatible HTTP API over one Llama or several: every client's requests share an engine's batches.
 
 Errors are OpenAI's shape ({"error": {"message", "type", "param", "code"}}): bad
 requests 400 (the field named in `param`), a missing or wrong key 401, an unknown
-model 404, a closed server 503. A client that goes away mid-request (streamed or
+model 404, a closed server or a full queue 503 (with Retry-After). A client that goes away mid-request (streamed or
 not) cancels its request: its slot is free at the engine's next step.
 
 The app is put together here: the guard middleware (API key, request counters), the
 one error handler (errors.py), and one router per resource (routes/), each route
-finding its model through one dependency (deps.py) over app.state.models.
+finding its model through one dependency (deps.py) over app.state.models, the
+registry that loads and unloads models (registry.py).
 """
 
 from __future__ import annotations
@@ -33,10 +34,16 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
     `pooling` for /v1/embeddings: default the model's own, and mean for a model that has
     none (a generative model: OpenAI's shape has one vector per input, not one per token).
     """
-    registry = ModelRegistry([Served.of(llama, model_id, pooling)])
-    metrics = Metrics(llama.engine)
-    app = FastAPI(title="llamaplug", summary="OpenAI-compatible API over llama.cpp", version=_version())
+    app = create_app_for(ModelRegistry([Served.of(llama, model_id, pooling)]), api_key)
     app.state.llama = llama
+    return app
+
+
+def create_app_for(registry: ModelRegistry, api_key: str | None = None) -> FastAPI:
+    """The ASGI app serving the models of `registry`, each loaded when first asked for (closed at shutdown)."""
+    metrics = Metrics(registry.engines)
+    registry.on_unload(metrics.retire)
+    app = FastAPI(title="llamaplug", summary="OpenAI-compatible API over llama.cpp", version=_version())
     app.state.metrics = metrics
     app.state.models = registry
     app.middleware("http")(_guard(api_key, metrics))
@@ -53,11 +60,11 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
 
 def _guard(api_key: str | None, metrics: Metrics
            ) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
-    """The middleware: the API key on /v1/ paths (when one is set), and the HTTP counters of /metrics."""
+    """The middleware: the API key on every path but /health (when one is set), and the HTTP counters of /metrics."""
 
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         metrics.http_requests += 1
-        if api_key is not None and request.url.path.startswith("/v1/"):
+        if api_key is not None and request.url.path != "/health":
             given = request.headers.get("authorization", "")
             if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
                 metrics.http_errors += 1

@@ -30,12 +30,16 @@ _NOT_THE_CLIENTS: dict[type[LlamaError], tuple[int, str, str]] = {
 
 
 class ApiError(Exception):
-    """An error response: HTTP `status`, OpenAI's error `kind` (its "type"), the request field `param`, a `code`."""
+    """An error response: HTTP `status`, OpenAI's error `kind` (its "type"), the request field `param`, a `code`.
+
+    `headers` go with it (Retry-After on a 503 of a full queue).
+    """
 
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None):
+                 code: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.kind, self.param, self.code = status, kind, param, code
+        self.headers = headers
 
 
 def as_api_error(exc: Exception) -> ApiError:
@@ -61,7 +65,7 @@ def as_api_error(exc: Exception) -> ApiError:
 
 def response(exc: ApiError) -> JSONResponse:
     body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.code}}
-    return JSONResponse(body, status_code=exc.status)
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
 async def handle(request: Request, exc: Exception) -> JSONResponse:

@@ -1,9 +1,14 @@
-"""Prometheus text for /metrics: the engine's counters and gauges, and a recent generation rate."""
+"""Prometheus text for /metrics: the engines' counters and gauges, and a recent generation rate.
+
+Each series is the sum over the served models, then one line per model with a `model`
+label; a model's counters outlive its unloads (`retire` keeps them), so they never go back.
+"""
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import defaultdict, deque
+from collections.abc import Callable
 
 from ..high.engine import Engine
 
@@ -19,16 +24,32 @@ _COUNTERS = (
 
 
 class Metrics:
-    def __init__(self, engine: Engine, window: float = 10.0):
-        self.engine = engine
+    def __init__(self, engines: Callable[[], list[tuple[str, Engine]]], window: float = 10.0):
+        """`engines`: (model id, engine) of each loaded model, asked at each scrape."""
+        self.engines = engines
         self.http_requests = 0
         self.http_errors = 0
         self._window = window
         self._samples: deque[tuple[float, int]] = deque()
+        self._retired: defaultdict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_NAMES, 0))
+
+    def retire(self, model: str, engine: Engine) -> None:
+        """Keep the counters of `model`'s engine, which is closing (the model is unloaded)."""
+        for name in _NAMES:
+            self._retired[model][name] += getattr(engine.stats, name)
+
+    def _counters(self) -> dict[str, dict[str, int]]:
+        """model -> counter -> value, unloaded models' included."""
+        out = {m: dict(c) for m, c in self._retired.items()}
+        for model, engine in self.engines():
+            mine = out.setdefault(model, dict.fromkeys(_NAMES, 0))
+            for name in _NAMES:
+                mine[name] += getattr(engine.stats, name)
+        return out
 
     def tokens_per_second(self) -> float:
         """Generated tokens per second over about the last `window` seconds (between scrapes)."""
-        now, total = time.monotonic(), self.engine.stats.generated_tokens
+        now, total = time.monotonic(), sum(c["generated_tokens"] for c in self._counters().values())
         self._samples.append((now, total))
         while len(self._samples) > 2 and now - self._samples[1][0] >= self._window:
             self._samples.popleft()
@@ -36,21 +57,36 @@ class Metrics:
         return (total - n0) / (now - t0) if now > t0 else 0.0
 
     def render(self) -> str:
-        stats = self.engine.stats
+        counters = self._counters()
+        engines = self.engines()
         lines = []
         for name, doc in _COUNTERS:
             lines += [f"# HELP llamaplug_{name}_total {doc}", f"# TYPE llamaplug_{name}_total counter",
-                      f"llamaplug_{name}_total {getattr(stats, name)}"]
-        gauges = (("slots", "slots (sequences decoded together)", self.engine.n_slots),
-                  ("slots_busy", "slots running a request", stats.busy_slots),
-                  ("queue_length", "requests waiting for a slot", stats.waiting),
-                  ("stored_sequences", "finished sequences whose KV is kept in host memory", stats.stored_sequences),
-                  ("stored_bytes", "bytes of that KV", stats.stored_bytes),
-                  ("tokens_per_second", "generated tokens per second, recent", round(self.tokens_per_second(), 3)))
+                      f"llamaplug_{name}_total {sum(c[name] for c in counters.values())}"]
+            lines += [f'llamaplug_{name}_total{{model="{_label(m)}"}} {c[name]}' for m, c in counters.items()]
+        gauges = (("slots", "slots (sequences decoded together)", lambda e: e.n_slots),
+                  ("slots_busy", "slots running a request", lambda e: e.stats.busy_slots),
+                  ("queue_length", "requests waiting for a slot", lambda e: e.stats.waiting),
+                  ("stored_sequences", "finished sequences whose KV is kept in host memory",
+                   lambda e: e.stats.stored_sequences),
+                  ("stored_bytes", "bytes of that KV", lambda e: e.stats.stored_bytes))
         for name, doc, value in gauges:
-            lines += [f"# HELP llamaplug_{name} {doc}", f"# TYPE llamaplug_{name} gauge", f"llamaplug_{name} {value}"]
+            lines += [f"# HELP llamaplug_{name} {doc}", f"# TYPE llamaplug_{name} gauge",
+                      f"llamaplug_{name} {sum(value(e) for _, e in engines)}"]
+            lines += [f'llamaplug_{name}{{model="{_label(m)}"}} {value(e)}' for m, e in engines]
+        lines += ["# HELP llamaplug_tokens_per_second generated tokens per second, recent",
+                  "# TYPE llamaplug_tokens_per_second gauge",
+                  f"llamaplug_tokens_per_second {round(self.tokens_per_second(), 3)}"]
         for name, doc, value in (("http_requests", "HTTP requests", self.http_requests),
                                  ("http_errors", "HTTP responses with status >= 400", self.http_errors)):
             lines += [f"# HELP llamaplug_{name}_total {doc}", f"# TYPE llamaplug_{name}_total counter",
                       f"llamaplug_{name}_total {value}"]
         return "\n".join(lines) + "\n"
+
+
+_NAMES = [name for name, _ in _COUNTERS]
+
+
+def _label(value: str) -> str:
+    """A Prometheus label value: backslash, quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
