@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
 import enum
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -346,7 +349,7 @@ class ModelRegistry:
             assert served is not None
             for hook in self._unload_hooks:
                 hook(entry.id, served.llama.engine)
-            await asyncio.to_thread(served.llama.close)
+            await asyncio.to_thread(_close, served.llama)
             entry.served = None
             entry.state = state
             log.info("unloaded %s (%s)", entry.id, state.value)
@@ -358,10 +361,11 @@ class ModelRegistry:
         """After a request: start the idle timer of `entry` (keep-alive or sleep) if nothing uses it."""
         if entry.users or entry.wanted or entry.spec is None or entry.served is None:
             return
-        keep = entry.keep_alive if entry.keep_alive is not None else self.keep_alive
-        timers = [(keep, ModelState.UNLOADED)] if keep is not None and keep >= 0 else []
-        if self.sleep_idle is not None and self.sleep_idle >= 0:
-            timers.append((self.sleep_idle, ModelState.SLEEPING))
+        if entry.keep_alive is not None:  # a request's own, as Ollama's: it alone says
+            timers = [(entry.keep_alive, ModelState.UNLOADED)]
+        else:
+            timers = [(self.keep_alive, ModelState.UNLOADED), (self.sleep_idle, ModelState.SLEEPING)]
+        timers = [(t, s) for t, s in timers if t is not None and t >= 0]
         if not timers:
             return
         delay, state = min(timers, key=lambda t: t[0])
@@ -402,6 +406,28 @@ def parse_keep_alive(value: float | int | str | None, field: str = "keep_alive")
         return durations.seconds(value)
     except ValueError as exc:
         raise ApiError(400, f"{field}: {exc}", param=field) from None
+
+
+def _close(llama: Llama) -> None:
+    """Close `llama` and give its freed memory back to the system.
+
+    glibc keeps freed heap pages for reuse, and the KV cache and compute buffers of a model
+    are large: without the trim, every swap of models would leave the process bigger.
+    """
+    llama.close()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _glibc() if sys.platform.startswith("linux") else None
 
 
 def _own_pooling(llama: Llama) -> str | None:
