@@ -320,6 +320,10 @@ class ModelRegistry:
     async def _make_room(self, entry: _Entry) -> None:
         """Unload least recently used models until loading `entry` stays within max_loaded."""
         while self.max_loaded is not None:
+            closing = [e.unloading for e in self._entries.values() if e.unloading is not None]
+            if closing:  # its memory is not free yet
+                await asyncio.shield(closing[0])
+                continue
             loaded = [e for e in self._entries.values() if e is not entry and e.served is not None]
             if len(loaded) < self.max_loaded:
                 return
@@ -345,12 +349,11 @@ class ModelRegistry:
             while entry.users or entry.wanted:  # never close a model under a request
                 await entry.drained.wait()
             self._cancel_timer(entry)
-            served = entry.served
+            served, entry.served = entry.served, None  # out of engines() first: its counters move to the hooks
             assert served is not None
             for hook in self._unload_hooks:
                 hook(entry.id, served.llama.engine)
             await asyncio.to_thread(_close, served.llama)
-            entry.served = None
             entry.state = state
             log.info("unloaded %s (%s)", entry.id, state.value)
         finally:
