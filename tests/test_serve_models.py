@@ -29,6 +29,7 @@ from llamaplug_testing import THREADS, llamaplug_server
 import llamaplug as lp
 from llamaplug.errors import InvalidParameterError
 from llamaplug.high.engine import EngineStats
+from llamaplug.server import durations
 from llamaplug.server.app import create_app_for
 from llamaplug.server.errors import ApiError
 from llamaplug.server.model_specs import specs_from_dir
@@ -395,3 +396,15 @@ def test_keep_alive_sleep_idle_and_the_queue(smollm2_path):
         await first
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("text, seconds", [("300", 300), ("5m", 300), ("1h30m", 5400), ("250ms", 0.25),
+                                           ("-1", -1), ("-5m", -300), ("1.5s", 1.5), (0, 0)])
+def test_durations_as_ollamas_keep_alive(text, seconds):
+    assert durations.seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "5 m", "m", "", "5d", True])
+def test_a_bad_duration_is_refused(text):
+    with pytest.raises(ValueError):
+        durations.seconds(text)

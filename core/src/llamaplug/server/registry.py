@@ -29,7 +29,8 @@ import enum
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any
 
 from ..errors import InvalidParameterError, LlamaError
 from ..high.async_llama import AsyncLlama
@@ -146,6 +147,7 @@ class ModelRegistry:
         self._room: asyncio.Lock | None = None  # one eviction decision at a time (made on first use: needs a loop)
         self._waiting = 0  # requests waiting for a load or an unload
         self._unload_hooks: list[Callable[[str, Engine], None]] = []
+        self._tasks: set[asyncio.Task[None]] = set()  # idle unloads under way
 
     # -- what is served ----------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Served]:
@@ -374,7 +376,19 @@ class ModelRegistry:
         delay, state = min(timers, key=lambda t: t[0])
         self._cancel_timer(entry)
         loop = asyncio.get_running_loop()
-        entry.timer = loop.call_later(delay, lambda: asyncio.ensure_future(self._idle_unload(entry, state)))
+        entry.timer = loop.call_later(delay, lambda: self._background(self._idle_unload(entry, state)))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` as a task that nobody awaits: kept referenced until it ends, its failure logged."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.error("an idle model's unload failed: %s", task.exception())
+
+        task.add_done_callback(done)
 
     async def _idle_unload(self, entry: _Entry, state: ModelState) -> None:
         entry.timer = None
