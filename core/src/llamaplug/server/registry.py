@@ -142,8 +142,8 @@ class ModelRegistry:
         if not self._entries:
             raise InvalidParameterError("a registry needs at least one model", field="models")
         self.max_loaded, self.keep_alive, self.sleep_idle = max_loaded, keep_alive, sleep_idle
-        if specs:
-            _map_big_buffers()
+        if specs and (len(self._entries) > 1 or keep_alive is not None or sleep_idle is not None):
+            _map_big_buffers()  # models will come and go
         self.max_queue = max_queue
         self._loader = loader
         self._room: asyncio.Lock | None = None  # one eviction decision at a time (made on first use: needs a loop)
@@ -441,7 +441,8 @@ def _map_big_buffers() -> None:
     after the first unload, the next model's KV cache and compute buffers come from the heaps,
     where freed memory stays with the process. Measured on SmolLM2/Gemma-3 swaps: +16-23 % RSS
     after 16 swapping requests without this, +2 % with it. Setting the threshold also stops the
-    raising. Process-wide: called once by a registry that loads and unloads models itself.
+    raising. Process-wide: called by a registry whose models come and go (several, or idle timers),
+    not for one model served for good (whose big buffers are allocated once anyway).
     """
     if _LIBC is not None and hasattr(_LIBC, "mallopt"):
         _LIBC.mallopt(_M_MMAP_THRESHOLD, 1 << 20)
