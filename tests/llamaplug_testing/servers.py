@@ -34,10 +34,15 @@ def llama_server(bin_dir: Path, model: Path, *args: str) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def llamaplug_server(model: Path, *args: str, host: str = "127.0.0.1") -> Iterator[tuple[int, subprocess.Popen]]:
-    """`llamaplug serve` on a free port, until the block ends; yields the port and the process."""
+def llamaplug_server(model: Path | None, *args: str, host: str = "127.0.0.1"
+                     ) -> Iterator[tuple[int, subprocess.Popen]]:
+    """`llamaplug serve` on a free port, until the block ends; yields the port and the process.
+
+    `model` None: no -m (`args` say what to serve: --models-dir, say).
+    """
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(model), "--host", host,
+    given = ["-m", str(model)] if model is not None else []
+    proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", *given, "--host", host,
                              "--port", str(port), "-t", str(THREADS), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for ready in _serving(proc, port, "llamaplug serve"):

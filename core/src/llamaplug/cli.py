@@ -120,35 +120,52 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from .catalog import default_model
     from .errors import InvalidParameterError
-    from .high.llama import Llama
-    from .params import LlamaParams
 
     try:
         import uvicorn
 
-        from .server.app import create_app
+        from .server.app import create_app_for
+        from .server.model_specs import spec_for_file, specs_from_dir
+        from .server.registry import ModelRegistry
     except ImportError as exc:
         raise InvalidParameterError(f'`llamaplug serve` needs the server extra: pip install "llamaplug[server]" '
                                     f"({exc.name} is missing)") from None
     if args.api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: serving on {args.host}, not loopback, without --api-key: anyone who reaches it can use it",
               file=sys.stderr)
-    path = args.model or default_model(args.catalog)
-    extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
-    if args.n_batch:
-        extra["n_batch"] = args.n_batch
     # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
-    if args.mmproj:
-        extra["mmproj_path"] = args.mmproj
-    params = LlamaParams(model_path=path, n_ctx=args.ctx_size, n_seq_max=args.parallel, cache_ram_mib=args.cache_ram,
-                         log_level=args.log, n_gpu_layers=args.n_gpu_layers, seed=args.seed, **extra)
+    base: dict[str, object] = {"n_ctx": args.ctx_size, "n_seq_max": args.parallel, "cache_ram_mib": args.cache_ram,
+                               "log_level": args.log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed}
+    if args.threads:
+        base["n_threads"] = args.threads
+    if args.n_batch:
+        base["n_batch"] = args.n_batch
+    files = args.model or ([] if args.models_dir else [default_model(args.catalog)])
+    aliases = args.alias or []
+    if len(aliases) > len(files):
+        raise InvalidParameterError(f"{len(aliases)} --alias for {len(files)} -m: give one --alias after each -m "
+                                    "it names", field="alias")
+    if args.mmproj and len(files) != 1:
+        raise InvalidParameterError("--mmproj goes with one -m; in a models dir, give each model's in models.toml",
+                                    field="mmproj")
+    specs = specs_from_dir(args.models_dir, base) if args.models_dir else []
+    specs += [spec_for_file(f, base, aliases[i] if i < len(aliases) else None, mmproj=args.mmproj,
+                            pooling=args.pooling) for i, f in enumerate(files)]
     if args.ray:
-        return _serve_on_ray(params, args)
-    llama = Llama.load(params)
-    app = create_app(llama, args.alias, args.api_key, args.pooling, n_predict=args.n_predict,
-                     slot_save_path=args.slot_save_path)
-    print(f"llamaplug serve {path} on http://{args.host}:{args.port} ({args.parallel} slots of "
-          f"{llama.engine.n_ctx_seq} tokens)", file=sys.stderr, flush=True)
+        if len(specs) != 1:
+            raise InvalidParameterError("--ray serves one model (one -m); several models on Ray are not supported yet",
+                                        field="ray")
+        return _serve_on_ray(specs[0].params, args)
+    registry = ModelRegistry(specs=specs, max_loaded=args.max_loaded, keep_alive=args.keep_alive,
+                             sleep_idle=args.sleep_idle, max_queue=args.max_queue)
+    if len(specs) == 1:  # one model: load it now, so a bad file fails here rather than at the first request
+        llama = registry.preload(specs[0].id).llama
+        print(f"llamaplug serve {specs[0].params.model_path} on http://{args.host}:{args.port} ({args.parallel} "
+              f"slots of {llama.engine.n_ctx_seq} tokens)", file=sys.stderr, flush=True)
+    else:
+        print(f"llamaplug serve: {len(specs)} models on http://{args.host}:{args.port}, each loaded when first "
+              f"asked for ({', '.join(s.id for s in specs)})", file=sys.stderr, flush=True)
+    app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
@@ -164,7 +181,7 @@ def _serve_on_ray(params: LlamaParams, args: argparse.Namespace) -> int:
     print(f"llamaplug serve on Ray ({args.ray_address or 'a local cluster'}): {args.replicas} replicas on "
           f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     on_ray.run(params, replicas=args.replicas, address=args.ray_address, host=args.host, port=args.port,
-               threads=args.threads, model_id=args.alias, api_key=args.api_key, pooling=args.pooling,
+               threads=args.threads, model_id=(args.alias or [None])[0], api_key=args.api_key, pooling=args.pooling,
                app_options={"n_predict": args.n_predict, "slot_save_path": args.slot_save_path})
     return 0
 
@@ -270,6 +287,16 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seconds(text: str) -> float:
+    """A --keep-alive/--sleep-idle value: seconds, or a duration as "5m", "1h30m"."""
+    from .server.durations import seconds
+
+    try:
+        return seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def cmd_rpc_server(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -346,9 +373,22 @@ def parser() -> argparse.ArgumentParser:
     rpc.add_argument("-t", "--threads", type=int, default=0)
     rpc.set_defaults(func=cmd_rpc_server)
     serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (pip install \"llamaplug[server]\")")
-    serve.add_argument("-m", "--model", help="GGUF file (default: the first installed catalog model)")
+    serve.add_argument("-m", "--model", action="append", help="GGUF file (default: the first installed catalog "
+                       "model); repeat it to serve several, each loaded when first asked for")
     serve.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
-    serve.add_argument("--alias", help="the model id clients use (default: the file name)")
+    serve.add_argument("--alias", action="append", help="the model id clients use for the -m before it (default: "
+                       "the file name)")
+    serve.add_argument("--models-dir", metavar="DIR", help="serve every *.gguf in DIR, each loaded when first asked "
+                       "for; DIR/models.toml may give a model's n_ctx, n_seq_max, mmproj, chat_template, aliases")
+    serve.add_argument("--max-loaded", "--models-max", dest="max_loaded", type=int, metavar="N",
+                       help="models loaded at once: loading one more unloads the least recently used")
+    serve.add_argument("--keep-alive", type=_seconds, metavar="SECONDS",
+                       help='unload a model idle this long ("5m" too; a request\'s keep_alive sets its model\'s); '
+                            "default: never")
+    serve.add_argument("--sleep-idle", type=_seconds, metavar="SECONDS",
+                       help="free a model idle this long, keeping it listed (sleeping) until its next request")
+    serve.add_argument("--max-queue", type=int, default=512, metavar="N",
+                       help="requests that may wait (for a slot or a load); more get 503 with Retry-After")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("-np", "--parallel", type=int, default=4, help="slots: requests decoded together")

@@ -1,13 +1,14 @@
-"""The OpenAI-compatible HTTP API over one Llama: every client's requests share the engine's batches.
+"""The OpenAI-compatible HTTP API over one Llama or several: every client's requests share an engine's batches.
 
 Errors are OpenAI's shape ({"error": {"message", "type", "param", "code"}}): bad
 requests 400 (the field named in `param`), a missing or wrong key 401, an unknown
-model 404, a closed server 503. A client that goes away mid-request (streamed or
+model 404, a closed server or a full queue 503 (with Retry-After). A client that goes away mid-request (streamed or
 not) cancels its request: its slot is free at the engine's next step.
 
 The app is put together here: the guard middleware (API key, request counters), the
 one error handler (errors.py), and one router per resource (routes/), each route
-finding its model through one dependency (deps.py) over app.state.models.
+finding its model through one dependency (deps.py) over app.state.models, the
+registry that loads and unloads models (registry.py).
 """
 
 from __future__ import annotations
@@ -35,10 +36,18 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
     `n_predict`: tokens a /completion or /infill request without n_predict gets (-1: until
     the end). `slot_save_path`: the folder of POST /slots' files (None: save/restore refused).
     """
-    registry = ModelRegistry([Served.of(llama, model_id, pooling)])
-    metrics = Metrics(llama.engine)
-    app = FastAPI(title="llamaplug", summary="OpenAI-compatible API over llama.cpp", version=_version())
+    app = create_app_for(ModelRegistry([Served.of(llama, model_id, pooling)]), api_key, n_predict, slot_save_path)
     app.state.llama = llama
+    return app
+
+
+def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predict: int = -1,
+                   slot_save_path: str | None = None) -> FastAPI:
+    """The ASGI app serving the models of `registry`, each loaded when first asked for (closed at shutdown);
+    the other arguments as create_app's."""
+    metrics = Metrics(registry.engines)
+    registry.on_unload(metrics.retire)
+    app = FastAPI(title="llamaplug", summary="OpenAI-compatible API over llama.cpp", version=_version())
     app.state.metrics = metrics
     app.state.models = registry
     app.state.n_predict = n_predict

@@ -6,29 +6,33 @@
 The dependency declares the route's own body parameter (`body`, of the same type):
 FastAPI takes the two for one body, so the OpenAPI document is the route's, a body
 that does not fit is a 400 before any model is looked up, and an unknown model is a
-404 before the route runs.
+404 before the route runs. It holds a lease on the model (loading it if need be) until
+the response is sent, a stream's last event included, so the model is not unloaded
+under the request; the body's `keep_alive` (Ollama's) becomes the model's.
 """
 
 # Without `from __future__ import annotations`: FastAPI reads `body`'s annotation at run time, and here it is a
 # variable.
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from fastapi import Request
 
-from .registry import ModelRegistry, Served
+from .registry import ModelRegistry, Served, parse_keep_alive
 
 
 class NamesAModel(Protocol):
     model: str | None
 
 
-def served_model(body_type: type[NamesAModel]) -> Callable[..., Awaitable[Served]]:
+def served_model(body_type: type[NamesAModel]) -> Callable[..., AsyncIterator[Served]]:
     """The dependency resolving the model that a `body_type` body names."""
 
-    async def resolve(request: Request, body: body_type) -> Served:  # type: ignore[valid-type]
-        return models(request).resolve(body.model)
+    async def resolve(request: Request, body: body_type) -> AsyncIterator[Served]:  # type: ignore[valid-type]
+        keep_alive = parse_keep_alive(getattr(body, "keep_alive", None))
+        async with models(request).lease(body.model, keep_alive) as served:
+            yield served
 
     return resolve
 

@@ -46,14 +46,16 @@ class ApiError(Exception):
     """An error response: HTTP `status`, OpenAI's error `kind` (its "type"), the request field `param`, a `code`.
 
     `native` holds what llama-server's shape has beyond code/message/type (its own "type" included, where the
-    status alone does not say it: "exceed_context_size_error" with n_prompt_tokens and n_ctx).
+    status alone does not say it: "exceed_context_size_error" with n_prompt_tokens and n_ctx). `headers` go
+    with it (Retry-After on a 503 of a full queue).
     """
 
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, native: dict[str, Any] | None = None):
+                 code: str | None = None, native: dict[str, Any] | None = None, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.kind, self.param, self.code = status, kind, param, code
         self.native = native or {}
+        self.headers = headers
 
 
 def as_api_error(exc: Exception) -> ApiError:
@@ -85,7 +87,7 @@ def response(exc: ApiError, path: str = "") -> JSONResponse:
                           "type": _NATIVE_TYPES.get(exc.status, "server_error"), **exc.native}}
     else:
         body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.code}}
-    return JSONResponse(body, status_code=exc.status)
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
 def is_native(path: str) -> bool:

@@ -1,16 +1,17 @@
-"""Prometheus text for /metrics: the engine's counters and gauges, and a recent generation rate.
+"""Prometheus text for /metrics: the engines' counters and gauges, and recent generation rates.
 
-Two families: llamaplug_* (the engine's own, of the first model) and llama-server's
-names (llamacpp:prompt_tokens_total, llamacpp:tokens_predicted_total,
-llamacpp:requests_processing, ...: server-context.cpp's metrics) with a `model` label
-per served model, so dashboards built for llama-server work unchanged.
+Two families. llamaplug_*: each series is the sum over the served models, then one line per
+model with a `model` label. llama-server's names (llamacpp:prompt_tokens_total,
+llamacpp:tokens_predicted_total, llamacpp:requests_processing, ...: server-context.cpp's
+metrics), one line per model with a `model` label, so dashboards built for llama-server work
+unchanged. A model's counters outlive its unloads (`retire` keeps them), so they never go back.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Iterable
+from collections import defaultdict, deque
+from collections.abc import Callable
 
 from ..high.engine import Engine
 
@@ -23,76 +24,109 @@ _COUNTERS = (
     ("generated_tokens", "tokens generated"),
     ("decode_steps", "llama_decode calls (one batch each)"),
 )
+_NAMES = [name for name, _ in _COUNTERS]
+
+# llama-server's counters, from ours (a model's counters: unloaded engines' included). Its timing sums
+# (prompt_seconds_total, tokens_predicted_seconds_total) and speculative counters are not kept here.
+_LLAMA_SERVER_COUNTERS = (
+    ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
+     lambda c: c["prompt_tokens"] - c["cached_tokens"]),
+    ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", lambda c: c["cached_tokens"]),
+    ("tokens_predicted_total", "Number of generation tokens processed", lambda c: c["generated_tokens"]),
+    ("n_decode_total", "Total number of llama_decode() calls", lambda c: c["decode_steps"]),
+)
+# ... and its gauges, from a loaded engine.
+_LLAMA_SERVER_GAUGES = (
+    ("requests_processing", "Number of requests processing", lambda e: e.stats.busy_slots),
+    ("requests_deferred", "Number of requests deferred", lambda e: e.stats.waiting),
+)
 
 
 class Metrics:
-    def __init__(self, engine: Engine, window: float = 10.0):
-        self.engine = engine
+    def __init__(self, engines: Callable[[], list[tuple[str, Engine]]], window: float = 10.0):
+        """`engines`: (model id, engine) of each loaded model, asked at each scrape."""
+        self.engines = engines
         self.http_requests = 0
         self.http_errors = 0
         self._window = window
-        self._samples: deque[tuple[float, int]] = deque()
+        self._samples: defaultdict[str | None, deque[tuple[float, int]]] = defaultdict(deque)
+        self._retired: defaultdict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_NAMES, 0))
 
-    def tokens_per_second(self) -> float:
-        """Generated tokens per second over about the last `window` seconds (between scrapes)."""
-        now, total = time.monotonic(), self.engine.stats.generated_tokens
-        self._samples.append((now, total))
-        while len(self._samples) > 2 and now - self._samples[1][0] >= self._window:
-            self._samples.popleft()
-        t0, n0 = self._samples[0]
+    def retire(self, model: str, engine: Engine) -> None:
+        """Keep the counters of `model`'s engine, which is closing (the model is unloaded)."""
+        for name in _NAMES:
+            self._retired[model][name] += getattr(engine.stats, name)
+
+    def _counters(self) -> dict[str, dict[str, int]]:
+        """model -> counter -> value, unloaded models' included."""
+        out = {m: dict(c) for m, c in self._retired.items()}
+        for model, engine in self.engines():
+            mine = out.setdefault(model, dict.fromkeys(_NAMES, 0))
+            for name in _NAMES:
+                mine[name] += getattr(engine.stats, name)
+        return out
+
+    def tokens_per_second(self, model: str | None = None) -> float:
+        """Generated tokens per second over about the last `window` seconds (between scrapes), of `model`
+        (None: of every model)."""
+        counters = self._counters()
+        total = sum(c["generated_tokens"] for m, c in counters.items() if model is None or m == model)
+        return self._rate(model, total)
+
+    def _rate(self, key: str | None, total: int) -> float:
+        now, samples = time.monotonic(), self._samples[key]
+        samples.append((now, total))
+        while len(samples) > 2 and now - samples[1][0] >= self._window:
+            samples.popleft()
+        t0, n0 = samples[0]
         return (total - n0) / (now - t0) if now > t0 else 0.0
 
-    def render(self, served: Iterable[tuple[str, Engine]] = ()) -> str:
-        """The metrics text; `served` (name, engine) pairs get llama-server's metrics, labelled by model."""
-        stats, rate = self.engine.stats, self.tokens_per_second()
+    def render(self) -> str:
+        counters = self._counters()
+        engines = self.engines()
         lines = []
         for name, doc in _COUNTERS:
             lines += [f"# HELP llamaplug_{name}_total {doc}", f"# TYPE llamaplug_{name}_total counter",
-                      f"llamaplug_{name}_total {getattr(stats, name)}"]
-        gauges = (("slots", "slots (sequences decoded together)", self.engine.n_slots),
-                  ("slots_busy", "slots running a request", stats.busy_slots),
-                  ("queue_length", "requests waiting for a slot", stats.waiting),
-                  ("stored_sequences", "finished sequences whose KV is kept in host memory", stats.stored_sequences),
-                  ("stored_bytes", "bytes of that KV", stats.stored_bytes),
-                  ("tokens_per_second", "generated tokens per second, recent", round(rate, 3)))
+                      f"llamaplug_{name}_total {sum(c[name] for c in counters.values())}"]
+            lines += [f"llamaplug_{name}_total{{model={_label(m)}}} {c[name]}" for m, c in counters.items()]
+        gauges = (("slots", "slots (sequences decoded together)", lambda e: e.n_slots),
+                  ("slots_busy", "slots running a request", lambda e: e.stats.busy_slots),
+                  ("queue_length", "requests waiting for a slot", lambda e: e.stats.waiting),
+                  ("stored_sequences", "finished sequences whose KV is kept in host memory",
+                   lambda e: e.stats.stored_sequences),
+                  ("stored_bytes", "bytes of that KV", lambda e: e.stats.stored_bytes))
         for name, doc, value in gauges:
-            lines += [f"# HELP llamaplug_{name} {doc}", f"# TYPE llamaplug_{name} gauge", f"llamaplug_{name} {value}"]
+            lines += [f"# HELP llamaplug_{name} {doc}", f"# TYPE llamaplug_{name} gauge",
+                      f"llamaplug_{name} {sum(value(e) for _, e in engines)}"]
+            lines += [f"llamaplug_{name}{{model={_label(m)}}} {value(e)}" for m, e in engines]
+        lines += ["# HELP llamaplug_tokens_per_second generated tokens per second, recent",
+                  "# TYPE llamaplug_tokens_per_second gauge",
+                  f"llamaplug_tokens_per_second {round(self._rate(None, _generated(counters)), 3)}"]
         for name, doc, value in (("http_requests", "HTTP requests", self.http_requests),
                                  ("http_errors", "HTTP responses with status >= 400", self.http_errors)):
             lines += [f"# HELP llamaplug_{name}_total {doc}", f"# TYPE llamaplug_{name}_total counter",
                       f"llamaplug_{name}_total {value}"]
-        lines += llama_server_metrics(list(served), rate, self.engine)
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + self._llama_server(counters, engines)) + "\n"
+
+    def _llama_server(self, counters: dict[str, dict[str, int]], engines: list[tuple[str, Engine]]) -> list[str]:
+        lines: list[str] = []
+        for name, doc, value in _LLAMA_SERVER_COUNTERS:
+            lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} counter"]
+            lines += [f"llamacpp:{name}{{model={_label(m)}}} {value(c)}" for m, c in counters.items()]
+        for name, doc, gauge in _LLAMA_SERVER_GAUGES:
+            lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} gauge"]
+            lines += [f"llamacpp:{name}{{model={_label(m)}}} {gauge(e)}" for m, e in engines]
+        lines += ["# HELP llamacpp:predicted_tokens_seconds Average generation throughput in tokens/s",
+                  "# TYPE llamacpp:predicted_tokens_seconds gauge"]
+        lines += [f"llamacpp:predicted_tokens_seconds{{model={_label(m)}}} "
+                  f"{round(self._rate(m, c['generated_tokens']), 3)}" for m, c in counters.items()]
+        return lines
 
 
-# llama-server's metrics that the engine counts: (name, type, help, value of EngineStats). Its timing sums
-# (prompt_seconds_total, tokens_predicted_seconds_total) and speculative counters are not kept here.
-_LLAMA_SERVER = (
-    ("prompt_tokens_total", "counter", "Number of prompt tokens processed, excluding cached tokens",
-     lambda s: s.prompt_tokens - s.cached_tokens),
-    ("prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from the cache",
-     lambda s: s.cached_tokens),
-    ("tokens_predicted_total", "counter", "Number of generation tokens processed", lambda s: s.generated_tokens),
-    ("n_decode_total", "counter", "Total number of llama_decode() calls", lambda s: s.decode_steps),
-    ("requests_processing", "gauge", "Number of requests processing", lambda s: s.busy_slots),
-    ("requests_deferred", "gauge", "Number of requests deferred", lambda s: s.waiting),
-)
-
-
-def llama_server_metrics(served: list[tuple[str, Engine]], rate: float, first: Engine) -> list[str]:
-    """llama-server's metric lines for each served model (`rate`: the recent tokens/s of `first`'s engine)."""
-    lines: list[str] = []
-    for name, kind, doc, value in _LLAMA_SERVER:
-        lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} {kind}"]
-        lines += [f"llamacpp:{name}{{model={_label(model)}}} {value(engine.stats)}" for model, engine in served]
-    lines += ["# HELP llamacpp:predicted_tokens_seconds Average generation throughput in tokens/s",
-              "# TYPE llamacpp:predicted_tokens_seconds gauge"]
-    lines += [f"llamacpp:predicted_tokens_seconds{{model={_label(model)}}} {round(rate, 3) if engine is first else 0}"
-              for model, engine in served]
-    return lines
+def _generated(counters: dict[str, dict[str, int]]) -> int:
+    return sum(c["generated_tokens"] for c in counters.values())
 
 
 def _label(value: str) -> str:
     """A Prometheus label value: quoted, with backslash, quote and newline escaped."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-

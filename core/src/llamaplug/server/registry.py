@@ -1,18 +1,66 @@
-"""The models a server serves, by the name a request gives in its `model` field.
+"""The models a server serves, by the name a request gives in its `model` field, and their lifecycle.
 
-One today (create_app's Llama); a server of several adds them here, and every route
-finds its model through `ModelRegistry.resolve` (deps.py), so no route changes.
+Every route finds its model through `ModelRegistry.lease` (deps.py): a model that is
+not loaded is loaded then (off the event loop, in a thread; the requests that arrive
+meanwhile wait for that one load, and the other models keep serving), and a model is
+never closed while a lease on it is held. Around that:
+
+- `max_loaded` (llama-server's --models-max, Ollama's OLLAMA_MAX_LOADED_MODELS): a load
+  that would pass it first unloads the least recently used model, once that one's
+  requests are done (new requests for it wait, then load it again);
+- keep-alive (Ollama's `keep_alive`): a model idle that long is unloaded; a request may
+  set its model's keep-alive (0: unload after it, negative: never);
+- sleep (`sleep_idle`): a model idle that long is unloaded but stays listed as sleeping;
+- `max_queue` (Ollama's OLLAMA_MAX_QUEUE): a request that would be the N+1th waiting (for
+  a load, or for a slot of its model) is refused with a 503 instead of queueing.
+
+All of this state lives on the event loop's thread; only Llama.load and Llama.close run
+in threads.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
+import enum
+import logging
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any
 
+from ..errors import InvalidParameterError, LlamaError
 from ..high.async_llama import AsyncLlama
+from ..high.engine import Engine
 from ..high.llama import Llama
+from ..params import LlamaParams
+from . import durations
 from .errors import ApiError
+
+log = logging.getLogger("llamaplug.server.registry")
+
+DEFAULT_MAX_QUEUE = 512  # as Ollama's OLLAMA_MAX_QUEUE
+
+
+class ModelState(str, enum.Enum):
+    UNLOADED = "unloaded"
+    LOADING = "loading"
+    LOADED = "loaded"
+    SLEEPING = "sleeping"  # unloaded by --sleep-idle; loads again on the next request
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """How to serve one model that the registry loads itself: its API id, its other names, its load parameters."""
+
+    id: str
+    params: LlamaParams
+    aliases: tuple[str, ...] = ()
+    pooling: str | None = None  # for /v1/embeddings (see Served.of)
+    chat_template: str | None = None  # overrides the GGUF's own
 
 
 @dataclasses.dataclass(eq=False)
@@ -23,44 +71,398 @@ class Served:
     llama: Llama
     pooling: str | None = None  # for /v1/embeddings (see create_app)
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+    chat_template: str | None = None
     allama: AsyncLlama = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.allama = AsyncLlama(self.llama)
 
     @classmethod
-    def of(cls, llama: Llama, name: str | None = None, pooling: str | None = None) -> Served:
+    def of(cls, llama: Llama, name: str | None = None, pooling: str | None = None,
+           chat_template: str | None = None) -> Served:
         """`llama` under `name` (default: its file's name), pooling by default its own, mean for a model without."""
-        return cls(name or llama.params.model_path.name, llama, pooling or _own_pooling(llama))
+        return cls(name or llama.params.model_path.name, llama, pooling or _own_pooling(llama),
+                   chat_template=chat_template)
+
+
+class _Entry:
+    """One served model's lifecycle state (event-loop thread only)."""
+
+    def __init__(self, spec: ModelSpec | None, served: Served | None):
+        self.spec = spec  # None: given loaded (create_app's Llama), never unloaded
+        self.served = served
+        self.id = spec.id if spec is not None else served.id  # type: ignore[union-attr]
+        self.aliases = spec.aliases if spec is not None else ()
+        self.created = served.created if served is not None else int(time.time())
+        self.state = ModelState.LOADED if served is not None else ModelState.UNLOADED
+        self.users = 0  # leases held
+        self.wanted = 0  # requests waiting for this entry's running load (each gets a lease when it ends)
+        self.last_used = time.monotonic()
+        self.keep_alive: float | None = None  # the last request's `keep_alive` (None: the server's)
+        self.loading: asyncio.Task[None] | None = None
+        self.unloading: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.drained = asyncio.Event()
+        self.drained.set()
+
+    def changed(self) -> None:
+        if self.users == 0 and self.wanted == 0:
+            self.drained.set()
+        else:
+            self.drained.clear()
+
+    def waiting(self) -> int:
+        """Its leases beyond its slots: requests queued in its engine."""
+        if self.served is None:
+            return 0
+        return max(0, self.users - self.served.llama.engine.n_slots)
 
 
 class ModelRegistry:
     """The served models, the first being the one a request without `model` gets."""
 
-    def __init__(self, models: list[Served]):
-        self._models = {m.id: m for m in models}
+    def __init__(self, models: list[Served] | None = None, specs: list[ModelSpec] | None = None, *,
+                 max_loaded: int | None = None, keep_alive: float | None = None, sleep_idle: float | None = None,
+                 max_queue: int = DEFAULT_MAX_QUEUE, loader: Callable[[LlamaParams], Llama] = Llama.load):
+        if max_loaded is not None and max_loaded < 1:
+            raise InvalidParameterError(f"max_loaded (--max-loaded) must be at least 1, not {max_loaded}",
+                                        field="max_loaded")
+        if max_queue < 1:
+            raise InvalidParameterError(f"max_queue (--max-queue) must be at least 1, not {max_queue}",
+                                        field="max_queue")
+        self._entries: dict[str, _Entry] = {}
+        self._names: dict[str, _Entry] = {}  # ids and aliases
+        for entry in [_Entry(None, s) for s in models or []] + [_Entry(s, None) for s in specs or []]:
+            for name in (entry.id, *entry.aliases):
+                if name in self._names:
+                    raise InvalidParameterError(f"two served models are named {name!r}: give one another alias",
+                                                field="alias")
+                self._names[name] = entry
+            self._entries[entry.id] = entry
+        if not self._entries:
+            raise InvalidParameterError("a registry needs at least one model", field="models")
+        self.max_loaded, self.keep_alive, self.sleep_idle = max_loaded, keep_alive, sleep_idle
+        if specs and (len(self._entries) > 1 or keep_alive is not None or sleep_idle is not None):
+            _map_big_buffers()  # models will come and go
+        self.max_queue = max_queue
+        self._loader = loader
+        self._room: asyncio.Lock | None = None  # one eviction decision at a time (made on first use: needs a loop)
+        self._waiting = 0  # requests waiting for a load or an unload
+        self._unload_hooks: list[Callable[[str, Engine], None]] = []
+        self._tasks: set[asyncio.Task[None]] = set()  # idle unloads under way
 
+    # -- what is served ----------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Served]:
-        return iter(self._models.values())
+        """The loaded models."""
+        return iter([e.served for e in self._entries.values() if e.served is not None])
+
+    def names(self) -> list[str]:
+        """The id of every model, loaded or not, the default one first."""
+        return list(self._entries)
+
+    def describe(self, name: str) -> tuple[str, ModelState, int, tuple[str, ...]]:
+        """(id, state, created, aliases) of the model named `name` (an id or an alias; 404 if none)."""
+        e = self._entry(name)
+        return e.id, e.state, e.created, e.aliases
+
+    def engines(self) -> list[tuple[str, Engine]]:
+        """(id, engine) of each loaded model (for /metrics)."""
+        return [(e.id, e.served.llama.engine) for e in self._entries.values() if e.served is not None]
+
+    def on_unload(self, hook: Callable[[str, Engine], None]) -> None:
+        """Call `hook(id, engine)` before a model's engine closes (metrics keep its counters)."""
+        self._unload_hooks.append(hook)
 
     def resolve(self, name: str | None) -> Served:
-        """The model named `name` (None: the default one); an unknown name is a 404 naming what is served.
+        """The loaded model named `name` (None: the default one); 404 for an unknown name, 503 for one not loaded."""
+        entry = self._entry(name, lenient=True)
+        if entry.served is None or entry.state is not ModelState.LOADED:
+            raise ApiError(503, f"model {entry.id!r} is {entry.state.value}", "server_error", param="model",
+                           code="model_not_loaded")
+        return entry.served
 
-        Single-model leniency (llama-server's): with one model served, any name gets it, so clients
-        that must send some `model` ("gpt-4o-mini") work unchanged. With several, an unknown name is a 404.
-        """
-        if name is None or len(self._models) == 1:  # single-model leniency, see above
-            return next(iter(self._models.values()))
+    def _entry(self, name: str | None, lenient: bool = False) -> _Entry:
+        """The model `name` names. `lenient` (a request's `model`): llama-server's single-model leniency, where
+        with one model served any name gets it, so clients that must send some `model` ("gpt-4o-mini") work
+        unchanged; with several, an unknown name stays a 404."""
+        if name is None or (lenient and len(self._entries) == 1):
+            return next(iter(self._entries.values()))
         try:
-            return self._models[name]
+            return self._names[name]
         except KeyError:
-            have = ", ".join(repr(n) for n in self._models)
+            have = ", ".join(repr(n) for n in self._entries)
             raise ApiError(404, f"model {name!r} is not served here (this server has {have})",
                            param="model", code="model_not_found") from None
 
+    # -- leases ------------------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def lease(self, name: str | None, keep_alive: float | None = None) -> AsyncIterator[Served]:
+        """The model named `name`, loaded (loading it if need be), kept loaded until the block ends.
+
+        `keep_alive` (seconds; 0: unload after this request, negative: never) becomes the model's own.
+        """
+        entry = self._entry(name, lenient=True)
+        served = await self._acquire(entry)
+        if keep_alive is not None:
+            entry.keep_alive = keep_alive
+        try:
+            yield served
+        finally:
+            entry.users -= 1
+            entry.last_used = time.monotonic()
+            entry.changed()
+            self._when_idle(entry)
+
+    async def _acquire(self, entry: _Entry) -> Served:
+        if entry.state is ModelState.LOADED and entry.unloading is None:
+            assert entry.served is not None
+            self._check_queue(entry.users >= entry.served.llama.engine.n_slots)  # would it wait for a slot?
+            return self._take(entry)
+        self._check_queue(True)
+        self._waiting += 1
+        try:
+            while True:
+                if entry.unloading is not None:
+                    await asyncio.shield(entry.unloading)
+                    continue
+                if entry.state is ModelState.LOADED:
+                    return self._take(entry)
+                if entry.loading is None:
+                    entry.loading = asyncio.ensure_future(self._load(entry))
+                entry.wanted += 1
+                entry.changed()
+                try:
+                    await asyncio.shield(entry.loading)
+                finally:
+                    entry.wanted -= 1
+                    entry.changed()
+                # The load that ended gave this request its place: an eviction waits for wanted == 0, so the
+                # model is still loaded here, whatever ran in between.
+                if entry.state is ModelState.LOADED:
+                    return self._take(entry)
+        finally:
+            self._waiting -= 1
+
+    def _take(self, entry: _Entry) -> Served:
+        self._cancel_timer(entry)
+        entry.users += 1
+        entry.last_used = time.monotonic()
+        entry.changed()
+        assert entry.served is not None
+        return entry.served
+
+    def _check_queue(self, would_wait: bool) -> None:
+        if not would_wait:
+            return
+        waiting = self._waiting + sum(e.waiting() for e in self._entries.values())
+        if waiting >= self.max_queue:
+            raise ApiError(503, f"the server is busy: {waiting} requests are waiting (--max-queue {self.max_queue});"
+                                " retry later", "server_error", code="queue_full", headers={"Retry-After": "1"})
+
+    # -- loading and unloading ---------------------------------------------------------------------------
+    def preload(self, name: str) -> Served:
+        """Load the model named `name` before serving (no event loop yet): its load errors raise here."""
+        entry = self._entry(name)
+        assert entry.spec is not None and entry.served is None
+        llama = self._loader(entry.spec.params)
+        entry.served = Served(entry.id, llama, entry.spec.pooling or _own_pooling(llama), entry.created,
+                              entry.spec.chat_template)
+        entry.state = ModelState.LOADED
+        return entry.served
+
+    async def load(self, name: str) -> Served:
+        """Load the model named `name` now (if it is not loaded), as a request for it would."""
+        entry = self._entry(name)
+        self._waiting += 1
+        try:
+            while entry.state is not ModelState.LOADED or entry.unloading is not None:
+                if entry.unloading is not None:
+                    await asyncio.shield(entry.unloading)
+                    continue
+                if entry.loading is None:
+                    entry.loading = asyncio.ensure_future(self._load(entry))
+                await asyncio.shield(entry.loading)
+        finally:
+            self._waiting -= 1
+        self._when_idle(entry)
+        assert entry.served is not None
+        return entry.served
+
+    async def unload(self, name: str, state: ModelState = ModelState.UNLOADED) -> None:
+        """Unload the model named `name` once its requests are done (a running load first ends)."""
+        entry = self._entry(name)
+        if entry.spec is None:
+            raise ApiError(400, f"model {entry.id!r} was given loaded and cannot be unloaded", param="model",
+                           code="model_pinned")
+        if entry.loading is not None:
+            await asyncio.shield(entry.loading)
+        await self._unload(entry, state)
+
+    async def _load(self, entry: _Entry) -> None:
+        assert entry.spec is not None
+        before = entry.state
+        entry.state = ModelState.LOADING
+        try:
+            if self._room is None:
+                self._room = asyncio.Lock()
+            async with self._room if self.max_loaded is not None else contextlib.nullcontext():
+                await self._make_room(entry)
+                spec = entry.spec
+                log.info("loading %s (%s)", spec.id, spec.params.model_path)
+                llama = await asyncio.to_thread(self._loader, spec.params)
+                entry.served = Served(spec.id, llama, spec.pooling or _own_pooling(llama), entry.created,
+                                      spec.chat_template)
+                entry.state = ModelState.LOADED
+                entry.last_used = time.monotonic()
+        except LlamaError as exc:
+            entry.state = before
+            raise ApiError(500, f"model {entry.id!r} failed to load: {exc}", "server_error", param="model",
+                           code="model_load_failed") from exc
+        except BaseException:
+            entry.state = before
+            raise
+        finally:
+            entry.loading = None
+
+    async def _make_room(self, entry: _Entry) -> None:
+        """Unload least recently used models until loading `entry` stays within max_loaded."""
+        while self.max_loaded is not None:
+            closing = [e.unloading for e in self._entries.values() if e.unloading is not None]
+            if closing:  # its memory is not free yet
+                await asyncio.shield(closing[0])
+                continue
+            loaded = [e for e in self._entries.values() if e is not entry and e.served is not None]
+            if len(loaded) < self.max_loaded:
+                return
+            victims = [e for e in loaded if e.spec is not None]
+            if not victims:
+                raise ApiError(503, f"cannot load {entry.id!r}: {len(loaded)} models are loaded (--max-loaded "
+                                    f"{self.max_loaded}) and none can be unloaded", "server_error", param="model",
+                               code="no_room")
+            # Idle ones first, then the least recently used.
+            victim = min(victims, key=lambda e: (e.users + e.wanted > 0, e.last_used))
+            log.info("unloading %s to make room for %s (--max-loaded %d)", victim.id, entry.id, self.max_loaded)
+            await self._unload(victim, ModelState.UNLOADED)
+
+    async def _unload(self, entry: _Entry, state: ModelState) -> None:
+        if entry.unloading is None:
+            if entry.served is None:
+                return
+            entry.unloading = asyncio.ensure_future(self._drain_and_close(entry, state))
+        await asyncio.shield(entry.unloading)
+
+    async def _drain_and_close(self, entry: _Entry, state: ModelState) -> None:
+        try:
+            while entry.users or entry.wanted:  # never close a model under a request
+                await entry.drained.wait()
+            self._cancel_timer(entry)
+            served, entry.served = entry.served, None  # out of engines() first: its counters move to the hooks
+            assert served is not None
+            for hook in self._unload_hooks:
+                hook(entry.id, served.llama.engine)
+            await asyncio.to_thread(_close, served.llama)
+            entry.state = state
+            log.info("unloaded %s (%s)", entry.id, state.value)
+        finally:
+            entry.unloading = None
+
+    # -- idle timers -------------------------------------------------------------------------------------
+    def _when_idle(self, entry: _Entry) -> None:
+        """After a request: start the idle timer of `entry` (keep-alive or sleep) if nothing uses it."""
+        if entry.users or entry.wanted or entry.spec is None or entry.served is None:
+            return
+        if entry.keep_alive is not None:  # a request's own, as Ollama's: it alone says
+            timers = [(entry.keep_alive, ModelState.UNLOADED)]
+        else:
+            timers = [(self.keep_alive, ModelState.UNLOADED), (self.sleep_idle, ModelState.SLEEPING)]
+        timers = [(t, s) for t, s in timers if t is not None and t >= 0]
+        if not timers:
+            return
+        delay, state = min(timers, key=lambda t: t[0])
+        self._cancel_timer(entry)
+        loop = asyncio.get_running_loop()
+        entry.timer = loop.call_later(delay, lambda: self._background(self._idle_unload(entry, state)))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` as a task that nobody awaits: kept referenced until it ends, its failure logged."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.error("an idle model's unload failed: %s", task.exception())
+
+        task.add_done_callback(done)
+
+    async def _idle_unload(self, entry: _Entry, state: ModelState) -> None:
+        entry.timer = None
+        if entry.users or entry.wanted or entry.loading is not None or entry.served is None:
+            return
+        await self._unload(entry, state)
+
+    @staticmethod
+    def _cancel_timer(entry: _Entry) -> bool:
+        if entry.timer is None:
+            return False
+        entry.timer.cancel()
+        entry.timer = None
+        return True
+
     def close(self) -> None:
-        for served in self:
-            served.llama.close()
+        """Close every loaded model (at shutdown; from any thread, after the last request)."""
+        for entry in self._entries.values():
+            if entry.timer is not None:
+                entry.timer.cancel()
+            if entry.served is not None:
+                entry.served.llama.close()
+                entry.served = None
+                entry.state = ModelState.UNLOADED
+
+
+def parse_keep_alive(value: float | int | str | None, field: str = "keep_alive") -> float | None:
+    """Seconds from a request's `keep_alive` (see durations.py); a 400 naming `field` if it is no duration."""
+    if value is None:
+        return None
+    try:
+        return durations.seconds(value)
+    except ValueError as exc:
+        raise ApiError(400, f"{field}: {exc}", param=field) from None
+
+
+def _close(llama: Llama) -> None:
+    """Close `llama` and give its freed memory back to the system (glibc keeps freed heap pages otherwise)."""
+    llama.close()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _map_big_buffers() -> None:
+    """Have glibc mmap every allocation from 1 MiB up, so that freeing a model's buffers unmaps them.
+
+    By default glibc raises its mmap threshold each time a mapped chunk is freed (up to 32 MiB):
+    after the first unload, the next model's KV cache and compute buffers come from the heaps,
+    where freed memory stays with the process. Measured on SmolLM2/Gemma-3 swaps: +16-23 % RSS
+    after 16 swapping requests without this, +2 % with it. Setting the threshold also stops the
+    raising. Process-wide: called by a registry whose models come and go (several, or idle timers),
+    not for one model served for good (whose big buffers are allocated once anyway).
+    """
+    if _LIBC is not None and hasattr(_LIBC, "mallopt"):
+        _LIBC.mallopt(_M_MMAP_THRESHOLD, 1 << 20)
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def _glibc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _glibc() if sys.platform.startswith("linux") else None
 
 
 def _own_pooling(llama: Llama) -> str | None:

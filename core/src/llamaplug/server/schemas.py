@@ -31,6 +31,8 @@ class _Request(BaseModel):
     stream: bool = False
     n: int = Field(1, ge=1, le=1, description="one choice per prompt (llamaplug runs prompts, not copies, in parallel)")
     response_format: dict[str, Any] | None = None
+    keep_alive: float | str | None = Field(None, description="how long the model stays loaded after this request "
+                                           "(Ollama's: seconds or \"5m\"; 0 unloads it, negative keeps it)")
 
     def sampling(self, seed: int) -> SamplerParams:
         """The request's sampling (llama-server's defaults where it says nothing; `seed` where it gives none)."""
@@ -63,6 +65,8 @@ class EmbeddingRequest(BaseModel):
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: None = None
+    keep_alive: float | str | None = Field(None, description="how long the model stays loaded after this request "
+                                           "(Ollama's: seconds or \"5m\"; 0 unloads it, negative keeps it)")
 
 
 class CompletionLogprobs(BaseModel):
@@ -106,11 +110,24 @@ class EmbeddingList(BaseModel):
     usage: EmbeddingUsage
 
 
+class ModelStatus(BaseModel):
+    value: Literal["loaded", "loading", "unloaded", "sleeping"]
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "llamaplug"
+    aliases: list[str] = Field(default_factory=list)
+    status: ModelStatus | None = Field(None, description="as llama-server's router: loaded, loading, unloaded or "
+                                                         "sleeping (loads on the next request)")
+
+
+class ModelAction(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(description="a served model's id or alias")
 
 
 class ModelList(BaseModel):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import admin, chat, completions, embeddings, infill, models, native, props, rerank, templates, tokens
+from . import admin, chat, completions, embeddings, infill, lifecycle, models, native, props, rerank, templates, tokens
 
-ROUTERS = [admin.router, models.router, completions.router, chat.router, embeddings.router,
+ROUTERS = [admin.router, models.router, lifecycle.router, completions.router, chat.router, embeddings.router,
            # llama-server's own API (errors in its shape: errors.NATIVE_PATHS)
            native.router, infill.router, tokens.router, templates.router, props.router, rerank.router]

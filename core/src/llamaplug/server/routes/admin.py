@@ -5,8 +5,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 
-from ..deps import models
-
 router = APIRouter()
 
 
@@ -21,4 +19,4 @@ router.add_api_route("/v1/health", health, methods=["GET"], include_in_schema=Fa
 
 @router.get("/metrics", response_class=PlainTextResponse)
 async def prometheus(request: Request) -> str:
-    return request.app.state.metrics.render((m.id, m.llama.engine) for m in models(request))
+    return request.app.state.metrics.render()

@@ -27,7 +27,7 @@ async def chat(body: ChatRequest, request: Request,
     limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     sampler = body.sampling(llama.params.seed).build_chain(llama.model)
     job, kind = chat_job(llama, body.messages, limit, sampler, body.stop, body.tools, body.tool_choice,
-                         body.response_format, own_sampler=True)
+                         body.response_format, served.chat_template, own_sampler=True)
     if body.stream:
         return sse(_events(served, job, ChatStream(served.id, kind)))
     pieces = await unless_gone(request, gathered(achunks(llama.engine, job)))

@@ -1,0 +1,116 @@
+"""What `llamaplug serve` serves: ModelSpecs from repeated `-m` or from a `--models-dir` and its `models.toml`.
+
+A models dir serves every `*.gguf` in it (projector files, named `mmproj*` or given as
+some model's `mmproj`, excepted), each under its file name. An optional `models.toml`
+there gives a model's own settings, in a table named by its file name:
+
+    ["SmolLM2-135M-Instruct-Q8_0.gguf"]
+    n_ctx = 2048              # the whole KV cache of this model (as -c)
+    n_seq_max = 2             # its slots (as -np)
+    aliases = ["small"]       # other names a request's `model` may give
+    mmproj = "mmproj-x.gguf"  # a projector (relative to the dir)
+    chat_template = "chatml"  # a Jinja template or a llama.cpp template name
+
+An unknown key, a wrong type or a table naming no file is an error naming the file and key.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidParameterError
+from ..params import LlamaParams
+from .registry import ModelSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (the server extra installs tomli there)
+    import tomli as tomllib
+
+CONFIG_NAME = "models.toml"
+
+# key -> (the types it takes, what it is)
+_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    "n_ctx": ((int,), "an integer"),
+    "n_seq_max": ((int,), "an integer"),
+    "mmproj": ((str,), "a file name"),
+    "chat_template": ((str,), "a string"),
+    "aliases": ((list,), "a list of strings"),
+    "pooling": ((str,), '"mean", "cls" or "last"'),
+}
+
+
+def spec_for_file(path: str | Path, base: dict[str, Any], alias: str | None = None, **own: Any) -> ModelSpec:
+    """The spec of one GGUF (`-m`): `base` LlamaParams fields, `own` overriding them (mmproj, chat_template, ...)."""
+    path = Path(path)
+    return _spec(path, alias or path.name, (), base, own, where=f"-m {path}")
+
+
+def specs_from_dir(folder: str | Path, base: dict[str, Any]) -> list[ModelSpec]:
+    """The specs of every GGUF model in `folder`, with its models.toml's settings (see the module's doc)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InvalidParameterError(f"--models-dir {folder}: not a directory", field="models_dir")
+    config = _read_config(folder / CONFIG_NAME)
+    files = {p.name: p for p in sorted(folder.glob("*.gguf")) if p.is_file()}
+    projectors = {str(table.get("mmproj")) for table in config.values() if "mmproj" in table}
+    for name in config:
+        if name not in files:
+            raise InvalidParameterError(f"{folder / CONFIG_NAME}: [{name!r}] names no .gguf file in {folder} "
+                                        f"(there are {', '.join(sorted(files)) or 'none'})", field=name)
+    specs = []
+    for name, path in files.items():
+        if name in projectors or name.startswith("mmproj"):
+            continue
+        own = dict(config.get(name, {}))
+        aliases = tuple(own.pop("aliases", ()))
+        if "mmproj" in own:
+            own["mmproj"] = folder / own["mmproj"]
+        specs.append(_spec(path, name, aliases, base, own, where=f"{folder / CONFIG_NAME} [{name!r}]"))
+    if not specs:
+        raise InvalidParameterError(f"--models-dir {folder}: no .gguf model in it", field="models_dir")
+    return specs
+
+
+def _spec(path: Path, ident: str, aliases: tuple[str, ...], base: dict[str, Any], own: dict[str, Any],
+          where: str) -> ModelSpec:
+    fields = dict(base)
+    for key in ("n_ctx", "n_seq_max"):
+        if own.get(key) is not None:
+            fields[key] = own[key]
+    if own.get("mmproj") is not None:
+        fields["mmproj_path"] = own["mmproj"]
+    try:
+        params = LlamaParams(model_path=path, **fields)
+    except ValueError as exc:  # pydantic's: a value out of range
+        raise InvalidParameterError(f"{where}: {exc}", field=ident) from None
+    return ModelSpec(ident, params, aliases, own.get("pooling"), own.get("chat_template"))
+
+
+def _read_config(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    try:
+        with path.open("rb") as f:
+            raw = tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidParameterError(f"{path}: not valid TOML: {exc}", field=str(path)) from None
+    for name, table in raw.items():
+        if not isinstance(table, dict):
+            raise InvalidParameterError(f"{path}: {name!r} must be a table ([\"{name}\"]) of a model's settings",
+                                        field=name)
+        for key, value in table.items():
+            if key not in _KEYS:
+                raise InvalidParameterError(f"{path}: [{name!r}] has an unknown key {key!r} (known: "
+                                            f"{', '.join(_KEYS)})", field=key)
+            types, what = _KEYS[key]
+            bad = not isinstance(value, types) or isinstance(value, bool)
+            if key == "aliases" and not bad:
+                bad = not all(isinstance(a, str) and a for a in value)
+            if key == "pooling" and not bad:
+                bad = value not in ("mean", "cls", "last")
+            if bad:
+                raise InvalidParameterError(f"{path}: [{name!r}] {key} must be {what}, not {value!r}", field=key)
+    return raw
