@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
-from . import admin, chat, completions, embeddings, models
+from . import admin, chat, completions, embeddings, messages, models, responses
 
-ROUTERS = [admin.router, models.router, completions.router, chat.router, embeddings.router]
+ROUTERS = [admin.router, models.router, completions.router, chat.router, embeddings.router,
+           messages.router,
+           responses.router]
