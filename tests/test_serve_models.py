@@ -20,6 +20,7 @@ from email.message import Message
 from pathlib import Path
 from types import SimpleNamespace
 
+import anthropic
 import numpy as np
 import openai
 import pytest
@@ -127,6 +128,47 @@ def test_the_openai_client_on_each_model(client, port, names, smollm2_path, gemm
     out = client.embeddings.create(model=name, input=["a cat", "a dog"], encoding_format="float")
     got = np.array([d.embedding for d in sorted(out.data, key=lambda d: d.index)])
     assert np.allclose(got, want_vectors, atol=1e-5)
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["smollm2", "gemma3"])
+def test_the_responses_and_anthropic_clients_on_each_model(client, port, names, which):
+    """The two other client APIs pick their model from the same registry: Responses and Messages, whole and
+    streamed, and a tool call, with the text of the same conversation through /v1/chat/completions."""
+    name = names[which]
+    messages = [{"role": "user", "content": "Name three fruits."}]
+    want = client.chat.completions.create(model=name, messages=messages, max_tokens=12,
+                                          temperature=0).choices[0].message.content
+    got = client.responses.create(model=name, input="Name three fruits.", max_output_tokens=12, temperature=0)
+    assert got.model == name and got.output_text == want
+    events = client.responses.create(model=name, input="Name three fruits.", max_output_tokens=12, temperature=0,
+                                     stream=True)
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == want
+    claude = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="unused", max_retries=0)
+    reply = claude.messages.create(model=name, max_tokens=12, messages=messages, extra_body={"temperature": 0})
+    assert reply.model == name and reply.content[0].text == want
+    with claude.messages.stream(model=name, max_tokens=12, messages=messages, extra_body={"temperature": 0}) as s:
+        assert "".join(s.text_stream) == want
+    weather = {"name": "get_weather", "description": "Weather in a city",
+               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+    call = claude.messages.create(model=name, max_tokens=48, tools=[weather],
+                                  tool_choice={"type": "tool", "name": "get_weather"},
+                                  messages=[{"role": "user", "content": "Weather in Paris?"}])
+    assert call.stop_reason == "tool_use"
+    use = next(b for b in call.content if b.type == "tool_use")
+    assert use.name == "get_weather" and isinstance(use.input.get("city"), str)
+    assert states(port)[name] == "loaded"
+
+
+def test_an_unknown_model_is_a_404_in_each_apis_shape(client, port):
+    with pytest.raises(openai.NotFoundError) as err:
+        client.responses.create(model="no-such-model", input="x", max_output_tokens=1)
+    assert err.value.body["param"] == "model"
+    claude = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="unused", max_retries=0)
+    with pytest.raises(anthropic.NotFoundError) as aerr:
+        claude.messages.create(model="no-such-model", max_tokens=1, messages=[{"role": "user", "content": "x"}])
+    assert aerr.value.body["error"]["type"] == "not_found_error"
+    status, _, body = post(port, "/completion", {"model": "no-such-model", "prompt": "x", "n_predict": 1})
+    assert status == 404 and set(body["error"]) >= {"code", "message", "type"}  # llama-server's shape
 
 
 def test_eight_clients_alternating_two_models_swap_them_within_one_models_memory(client, server, names):

@@ -80,11 +80,11 @@ def _guard(api_key: str | None, metrics: Metrics
         metrics.http_requests += 1
         if api_key is not None and request.url.path not in PUBLIC_PATHS:
             given = request.headers.get("authorization", "").removeprefix("Bearer ")
-            if not secrets.compare_digest(given.encode(), api_key.encode()):
+            if not (secrets.compare_digest(given.encode(), api_key.encode()) or _x_api_key_matches(request, api_key)):
                 metrics.http_errors += 1
-                return errors.response(errors.ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)",
-                                                       "authentication_error", code="invalid_api_key"),
-                                       request.url.path)
+                return errors.response(errors.ApiError(
+                    401, "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)",
+                    "authentication_error", code="invalid_api_key"), request.url.path)
         response = await call_next(request)
         if response.status_code >= 400:
             metrics.http_errors += 1
@@ -102,6 +102,11 @@ async def _json_bodies(request: Request, call_next: Callable[[Request], Awaitabl
             request.scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
             request.scope["headers"].append((b"content-type", b"application/json"))
     return await call_next(request)
+
+
+def _x_api_key_matches(request: Request, api_key: str) -> bool:
+    """Anthropic's clients send the key as `x-api-key`, not as a bearer token."""
+    return secrets.compare_digest(request.headers.get("x-api-key", "").encode(), api_key.encode())
 
 
 def _version() -> str:

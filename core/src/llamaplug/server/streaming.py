@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from fastapi import Request
@@ -27,6 +27,28 @@ async def _events(payloads: AsyncIterator[str]) -> AsyncIterator[str]:
     except LlamaError as exc:  # the status line is sent: the error goes in the stream
         yield f"data: {in_stream(exc)}\n\n"
     yield "data: [DONE]\n\n"
+
+
+def named_sse(events: AsyncIterator[tuple[str, str]], error: Callable[[LlamaError], tuple[str, str]]
+              ) -> StreamingResponse:
+    """Each (name, JSON payload) as one named event (`event: NAME`), as Anthropic's and the Responses API's streams.
+
+    No [DONE]: those streams end with an event of their own. A LlamaError met on the
+    way is the last event, `error(exc)`. A client that goes away cancels the generator,
+    and with it the job (its slot is free at the engine's next step), as for `sse`.
+    """
+    return StreamingResponse(_named(events, error), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})
+
+
+async def _named(events: AsyncIterator[tuple[str, str]], error: Callable[[LlamaError], tuple[str, str]]
+                 ) -> AsyncIterator[str]:
+    try:
+        async for name, payload in events:
+            yield f"event: {name}\ndata: {payload}\n\n"
+    except LlamaError as exc:
+        name, payload = error(exc)
+        yield f"event: {name}\ndata: {payload}\n\n"
 
 
 async def gathered(items: AsyncIterator[T]) -> list[T]:

@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
-from . import admin, chat, completions, embeddings, infill, lifecycle, models, native, props, rerank, templates, tokens
+from . import (
+               admin,
+               chat,
+               completions,
+               embeddings,
+               infill,
+               lifecycle,
+               messages,
+               models,
+               native,
+               props,
+               rerank,
+               responses,
+               templates,
+               tokens,
+)
 
 ROUTERS = [admin.router, models.router, lifecycle.router, completions.router, chat.router, embeddings.router,
+           # the other two client APIs, translated onto the chat path (each in its own error shape)
+           messages.router, responses.router,
            # llama-server's own API (errors in its shape: errors.NATIVE_PATHS)
            native.router, infill.router, tokens.router, templates.router, props.router, rerank.router]

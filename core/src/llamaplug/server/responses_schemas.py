@@ -1,0 +1,173 @@
+"""OpenAI's Responses API bodies (POST /v1/responses): the request the server reads, the response it writes.
+
+Input is a string or a list of items: messages (text and image parts), and the
+function_call / function_call_output items of an earlier tool round. Unknown fields are
+ignored; a tool or item type we do not serve is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class InputText(_Body):
+    type: Literal["input_text"]
+    text: str
+
+
+class OutputText(_Body):
+    type: Literal["output_text"]  # an assistant's earlier reply, sent back as history
+    text: str
+
+
+class InputImage(_Body):
+    type: Literal["input_image"]
+    image_url: str
+    detail: str | None = None
+
+
+InputPart = Annotated[InputText | OutputText | InputImage, Field(discriminator="type")]
+
+
+class MessageItem(_Body):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[InputPart]
+
+
+class FunctionCallItem(_Body):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+
+
+class FunctionCallOutputItem(_Body):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[InputPart]
+
+
+def _item_type(item: Any) -> str:
+    given = item.get("type", "message") if isinstance(item, dict) else getattr(item, "type", "message")
+    return given if isinstance(given, str) else "message"  # a message's "type" may be left out
+
+
+InputItem = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallItem, Tag("function_call")]
+                      | Annotated[FunctionCallOutputItem, Tag("function_call_output")], Discriminator(_item_type)]
+
+
+class FunctionTool(_Body):
+    type: Literal["function"]
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FunctionChoice(_Body):
+    type: Literal["function"]
+    name: str
+
+
+class TextFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    json_schema: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class TextConfig(_Body):
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(_Body):
+    model: str | None = None
+    input: str | Annotated[list[InputItem], Field(min_length=1)]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["auto", "none", "required"] | FunctionChoice | None = None
+    parallel_tool_calls: bool | None = None
+    stream: bool = False
+    text: TextConfig | None = None
+    previous_response_id: str | None = None
+    metadata: dict[str, str] | None = None
+
+
+class OutputTextPart(BaseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = []
+    logprobs: list[Any] = []
+
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+class OutputMessage(BaseModel):
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    status: ItemStatus
+    content: list[OutputTextPart]
+
+
+class FunctionCallOut(BaseModel):
+    id: str
+    type: Literal["function_call"] = "function_call"
+    call_id: str
+    name: str
+    arguments: str
+    status: ItemStatus
+
+
+class InputTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(BaseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = OutputTokensDetails()
+    total_tokens: int
+
+
+class IncompleteDetails(BaseModel):
+    reason: Literal["max_output_tokens"]
+
+
+class ResponseObject(BaseModel):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    model: str
+    output: list[Annotated[OutputMessage | FunctionCallOut, Field(discriminator="type")]]
+    usage: ResponseUsage | None = None
+    error: dict[str, Any] | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    tools: list[dict[str, Any]] = []
+    tool_choice: str | dict[str, Any] = "auto"
+    parallel_tool_calls: bool = True
+    previous_response_id: None = None
+    metadata: dict[str, str] = {}
+    text: dict[str, Any] = {"format": {"type": "text"}}

@@ -1,0 +1,219 @@
+"""/v1/responses: OpenAI's Responses API, translated onto the chat path (chat_job, as_chat, ChatStream).
+
+The request becomes the chat request an OpenAI client would send for it (instructions
+as the first system message, function_call items as an assistant's tool_calls,
+function_call_output items as tool messages, text.format as response_format), so the
+same conversation gives the same text on both APIs. The reply goes back as a response
+object (a message item with output_text, function_call items), or as its events
+(response.created ... response.completed, each with a sequence_number). Nothing is
+stored: previous_response_id is a 400. Errors are OpenAI's shape (errors.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+
+from ...errors import LlamaError
+from ...high.chat import ChatStream, as_chat
+from ...high.engine import Job
+from ...high.events import achunks
+from ...high.requests import chat_job, collect
+from ...high.tool_calls import ToolCall
+from ..deps import served_model
+from ..errors import ERROR_RESPONSES, ApiError, as_api_error
+from ..registry import Served
+from ..responses_schemas import (
+    FunctionCallItem,
+    FunctionCallOut,
+    FunctionCallOutputItem,
+    IncompleteDetails,
+    InputImage,
+    InputTokensDetails,
+    OutputMessage,
+    OutputTextPart,
+    ResponseObject,
+    ResponsesRequest,
+    ResponseUsage,
+)
+from ..route_errors import TranslatedRoute
+from ..schemas import ChatRequest
+from ..streaming import gathered, named_sse, unless_gone
+
+router = APIRouter(route_class=TranslatedRoute)
+
+
+@router.post("/v1/responses", response_model=ResponseObject, responses=ERROR_RESPONSES)
+async def responses(body: ResponsesRequest, request: Request,
+                    served: Annotated[Served, Depends(served_model(ResponsesRequest))]) -> Any:
+    if body.previous_response_id is not None:
+        raise ApiError(400, "previous_response_id is not supported: llamaplug keeps no responses; send the whole "
+                            "conversation as input", param="previous_response_id", code="unsupported_parameter")
+    llama = served.llama
+    chat = as_chat_request(body)
+    sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
+    job, kind = chat_job(llama, chat.messages, chat.max_tokens, sampler, None, chat.tools, chat.tool_choice,
+                         chat.response_format, own_sampler=True)
+    reply = _Reply(served, body)
+    if body.stream:
+        return named_sse(_events(served, reply, job, kind), reply.error)
+    done = collect(await unless_gone(request, gathered(achunks(llama.engine, job))), job.prompt)
+    choice = as_chat(done, served.id, kind).choices[0]
+    incomplete = choice.finish_reason == "length"
+    items: list[OutputMessage | FunctionCallOut] = []
+    if choice.message.content:
+        items.append(reply.message(choice.message.content, "incomplete" if incomplete else "completed"))
+    items += [reply.call(c, "completed") for c in choice.message.tool_calls or []]
+    return reply.response(items, incomplete, done.timings.prompt_tokens, len(done.tokens), done.timings.cached_tokens)
+
+
+def as_chat_request(body: ResponsesRequest) -> ChatRequest:
+    """The chat request that asks for what `body` asks for."""
+    messages: list[dict[str, Any]] = []
+    if body.instructions is not None:
+        messages.append({"role": "system", "content": body.instructions})
+    items = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else []
+    for item in [] if isinstance(body.input, str) else body.input:
+        if isinstance(item, FunctionCallItem):
+            call = {"id": item.call_id, "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments}}
+            if items and items[-1]["role"] == "assistant":  # calls after the assistant's text: one chat message
+                items[-1].setdefault("tool_calls", []).append(call)
+            else:
+                items.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif isinstance(item, FunctionCallOutputItem):
+            items.append({"role": "tool", "tool_call_id": item.call_id, "content": _content(item.output)})
+        else:
+            items.append({"role": item.role, "content": _content(item.content)})
+    messages += items
+    tools = None if body.tools is None else [
+        {"type": "function", "function": {"name": t.name, "parameters": t.parameters or {"type": "object"},
+                                          **({"description": t.description} if t.description else {})}}
+        for t in body.tools]
+    choice = body.tool_choice
+    tool_choice = choice if choice is None or isinstance(choice, str) else \
+        {"type": "function", "function": {"name": choice.name}}
+    return ChatRequest(model=body.model, messages=messages, max_tokens=body.max_output_tokens,
+                       temperature=body.temperature, top_p=body.top_p, tools=tools, tool_choice=tool_choice,
+                       response_format=_response_format(body))
+
+
+def _content(given: str | list[Any]) -> str | list[dict[str, Any]]:
+    if isinstance(given, str):
+        return given
+    return [{"type": "image_url", "image_url": {"url": p.image_url}} if isinstance(p, InputImage)
+            else {"type": "text", "text": p.text} for p in given]
+
+
+def _response_format(body: ResponsesRequest) -> dict[str, Any] | None:
+    form = body.text.format if body.text is not None else None
+    if form is None or form.type == "text":
+        return None
+    if form.type == "json_object":
+        return {"type": "json_object"}
+    if form.json_schema is None:
+        raise ApiError(400, "text.format json_schema needs a schema", param="text.format.schema")
+    return {"type": "json_schema", "json_schema": {"name": form.name, "schema": form.json_schema}}
+
+
+class _Reply:
+    """One response's identity and echoed settings; its items, usage and events."""
+
+    def __init__(self, served: Served, body: ResponsesRequest):
+        self.ident, self.created, self.model, self.body = f"resp_{uuid.uuid4().hex}", int(time.time()), served.id, body
+        self.sequence = 0
+
+    def message(self, text: str, status: str) -> OutputMessage:
+        return OutputMessage(id=f"msg_{uuid.uuid4().hex}", status=status,  # type: ignore[arg-type]
+                             content=[OutputTextPart(text=text)])
+
+    def call(self, call: ToolCall, status: str) -> FunctionCallOut:
+        return FunctionCallOut(id=f"fc_{uuid.uuid4().hex}", call_id=call.id, name=call.function.name,
+                               arguments=call.function.arguments, status=status)  # type: ignore[arg-type]
+
+    def response(self, items: list[OutputMessage | FunctionCallOut] | None, incomplete: bool = False,
+                 n_prompt: int = 0, n_out: int = 0, n_cached: int = 0) -> ResponseObject:
+        """The response object; `items` None: still running (no usage yet)."""
+        body = self.body
+        usage = None if items is None else ResponseUsage(
+            input_tokens=n_prompt, input_tokens_details=InputTokensDetails(cached_tokens=n_cached),
+            output_tokens=n_out, total_tokens=n_prompt + n_out)
+        status = "in_progress" if items is None else "incomplete" if incomplete else "completed"
+        choice = body.tool_choice
+        return ResponseObject(
+            id=self.ident, created_at=self.created, status=status, model=self.model, output=items or [], usage=usage,
+            incomplete_details=IncompleteDetails(reason="max_output_tokens") if incomplete else None,
+            instructions=body.instructions, max_output_tokens=body.max_output_tokens, temperature=body.temperature,
+            top_p=body.top_p, tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
+            tool_choice=choice.model_dump() if choice is not None and not isinstance(choice, str) else choice or "auto",
+            parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
+            metadata=body.metadata or {},
+            text={"format": body.text.format.model_dump(by_alias=True, exclude_none=True)}
+            if body.text is not None and body.text.format is not None else {"format": {"type": "text"}})
+
+    def event(self, kind: str, **fields: Any) -> tuple[str, str]:
+        """One stream event, numbered."""
+        payload = {"type": kind, "sequence_number": self.sequence, **{
+            k: v.model_dump(mode="json") if hasattr(v, "model_dump") else v for k, v in fields.items()}}
+        self.sequence += 1
+        return kind, json.dumps(payload, ensure_ascii=False)
+
+    def error(self, exc: LlamaError) -> tuple[str, str]:
+        error = as_api_error(exc)
+        return self.event("error", code=error.code, message=str(error), param=error.param)
+
+
+async def _events(served: Served, reply: _Reply, job: Job, kind: str | None) -> AsyncIterator[tuple[str, str]]:
+    yield reply.event("response.created", response=reply.response(None))
+    yield reply.event("response.in_progress", response=reply.response(None))
+    stream = ChatStream(reply.model, kind)
+    items: list[OutputMessage | FunctionCallOut] = []
+    text: list[str] | None = None  # the open message item's text
+    tokens = 0
+    async for piece in achunks(served.llama.engine, job):
+        tokens += len(piece.tokens)
+        for out in stream.feed(piece):
+            choice = out.choices[0]
+            delta = choice.delta
+            if delta.content:
+                if text is None:
+                    text = []
+                    items.append(reply.message("", "in_progress"))
+                    yield reply.event("response.output_item.added", output_index=len(items) - 1, item=items[-1])
+                    yield reply.event("response.content_part.added", item_id=items[-1].id,
+                                      output_index=len(items) - 1, content_index=0, part=OutputTextPart(text=""))
+                text.append(delta.content)
+                yield reply.event("response.output_text.delta", item_id=items[-1].id, output_index=len(items) - 1,
+                                  content_index=0, delta=delta.content, logprobs=[])
+            if (delta.tool_calls or choice.finish_reason) and text is not None:
+                status = "incomplete" if choice.finish_reason == "length" else "completed"
+                part = OutputTextPart(text="".join(text))
+                items[-1] = OutputMessage(id=items[-1].id, status=status, content=[part])
+                yield reply.event("response.output_text.done", item_id=items[-1].id, output_index=len(items) - 1,
+                                  content_index=0, text=part.text, logprobs=[])
+                yield reply.event("response.content_part.done", item_id=items[-1].id, output_index=len(items) - 1,
+                                  content_index=0, part=part)
+                yield reply.event("response.output_item.done", output_index=len(items) - 1, item=items[-1])
+                text = None
+            for call in delta.tool_calls or []:
+                item = reply.call(call, "in_progress")
+                items.append(item.model_copy(update={"arguments": ""}))
+                index = len(items) - 1
+                yield reply.event("response.output_item.added", output_index=index, item=items[-1])
+                yield reply.event("response.function_call_arguments.delta", item_id=item.id, output_index=index,
+                                  delta=item.arguments)
+                yield reply.event("response.function_call_arguments.done", item_id=item.id, output_index=index,
+                                  name=item.name, arguments=item.arguments)
+                items[-1] = item.model_copy(update={"status": "completed"})
+                yield reply.event("response.output_item.done", output_index=index, item=items[-1])
+            if choice.finish_reason:
+                incomplete = choice.finish_reason == "length"
+                assert piece.timings is not None  # the final chunk carries them
+                final = reply.response(items, incomplete, piece.timings.prompt_tokens, tokens,
+                                       piece.timings.cached_tokens)
+                yield reply.event("response.incomplete" if incomplete else "response.completed", response=final)
