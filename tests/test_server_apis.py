@@ -73,8 +73,7 @@ def busy_slots(port: int) -> float:
     req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"x-api-key": KEY})
     with urllib.request.urlopen(req, timeout=10) as resp:
         found = dict(line.split()[-2:] for line in resp.read().decode().splitlines() if line and line[0] != "#")
-    names = [n for n in found if n.split("{")[0] in ("llamaplug_slots_busy", "llamacpp:requests_processing")]
-    return sum(float(found[n]) for n in names)
+    return float(found["llamaplug_slots_busy"])  # the sum over the served models
 
 
 def healthy(port: int) -> bool:

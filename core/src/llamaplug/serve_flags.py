@@ -118,7 +118,7 @@ def add_llama_server_flags(serve: argparse.ArgumentParser) -> None:
     have = set(serve._option_string_actions)  # noqa: SLF001 - argparse keeps no public list of option strings
     if "-n" not in have and "--n-predict" not in have:
         serve.add_argument("-n", "--n-predict", type=int, default=-1, metavar="N",
-                           help="tokens to generate when a /completion or /infill request gives no n_predict "
+                           help="tokens to generate when a request gives no limit (n_predict, max_tokens, ...) "
                                 "(-1: until the end or a full context)")
     if "--slot-save-path" not in have:
         serve.add_argument("--slot-save-path", metavar="DIR",

@@ -33,8 +33,8 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
 
     `pooling` for /v1/embeddings: default the model's own, and mean for a model that has
     none (a generative model: OpenAI's shape has one vector per input, not one per token).
-    `n_predict`: tokens a /completion or /infill request without n_predict gets (-1: until
-    the end). `slot_save_path`: the folder of POST /slots' files (None: save/restore refused).
+    `n_predict`: tokens a request that gives no limit may generate, on every route (llama-server's -n;
+    -1: until the end). `slot_save_path`: the folder of POST /slots' files (None: save/restore refused).
     """
     app = create_app_for(ModelRegistry([Served.of(llama, model_id, pooling)]), api_key, n_predict, slot_save_path)
     app.state.llama = llama

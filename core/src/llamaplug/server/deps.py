@@ -37,6 +37,22 @@ def served_model(body_type: type[NamesAModel]) -> Callable[..., AsyncIterator[Se
     return resolve
 
 
+async def queried_model(request: Request, model: str | None = None) -> AsyncIterator[Served]:
+    """For routes without a body (GET /props, /slots): the model named by `?model=` (llama-server's router
+    mode), else the default one, leased as `served_model` leases it."""
+    async with models(request).lease(model) as served:
+        yield served
+
+
+def token_limit(request: Request, asked: int | None) -> int | None:
+    """The tokens a request may generate: its own limit, else the server's -n/--n-predict (as llama-server,
+    the default of every route), else None (until the slot is full)."""
+    if asked is not None:
+        return asked
+    default: int = getattr(request.app.state, "n_predict", -1)
+    return None if default < 0 else default
+
+
 def models(request: Request) -> ModelRegistry:
     """The app's served models."""
     registry: ModelRegistry = request.app.state.models

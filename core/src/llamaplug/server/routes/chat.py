@@ -11,7 +11,7 @@ from ...high.chat import ChatCompletion, ChatStream, as_chat
 from ...high.engine import Job
 from ...high.events import achunks
 from ...high.requests import chat_job, collect
-from ..deps import served_model
+from ..deps import served_model, token_limit
 from ..errors import ERROR_RESPONSES
 from ..registry import Served
 from ..schemas import ChatRequest
@@ -24,7 +24,8 @@ router = APIRouter()
 async def chat(body: ChatRequest, request: Request,
                served: Annotated[Served, Depends(served_model(ChatRequest))]) -> Any:
     llama = served.llama
-    limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    limit = token_limit(request, body.max_completion_tokens if body.max_completion_tokens is not None
+                        else body.max_tokens)
     sampler = body.sampling(llama.params.seed).build_chain(llama.model)
     job, kind = chat_job(llama, body.messages, limit, sampler, body.stop, body.tools, body.tool_choice,
                          body.response_format, served.chat_template, own_sampler=True)

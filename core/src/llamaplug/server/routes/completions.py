@@ -14,7 +14,7 @@ from ...high.completion import Completion, CompletionChunk, StopReason
 from ...high.engine import Job
 from ...high.events import astream
 from ...high.requests import collect_many, completion_jobs
-from ..deps import served_model
+from ..deps import served_model, token_limit
 from ..errors import ERROR_RESPONSES, ApiError
 from ..registry import Served
 from ..schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, TextCompletion
@@ -28,8 +28,8 @@ async def completions(body: CompletionRequest, request: Request,
                       served: Annotated[Served, Depends(served_model(CompletionRequest))]) -> Any:
     llama = served.llama
     prompts = _prompts(body.prompt)
-    jobs = completion_jobs(llama, prompts, body.max_tokens, body.sampling(llama.params.seed), body.stop,
-                           body.logprobs, False, body.response_format)
+    jobs = completion_jobs(llama, prompts, token_limit(request, body.max_tokens),
+                           body.sampling(llama.params.seed), body.stop, body.logprobs, False, body.response_format)
     ident = f"cmpl-{uuid.uuid4().hex[:24]}"
     if body.stream:
         return sse(_events(served, jobs, ident))

@@ -22,17 +22,16 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 
 from ...high import saved_state
 from ...high.chat_template import ChatTemplate
-from ..deps import models
+from ..deps import queried_model
 from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import SlotFile
-from ..registry import ModelRegistry, Served
+from ..registry import Served
 
 router = APIRouter()
 
 
 @router.get("/props", responses=ERROR_RESPONSES)
-async def props(registry: Annotated[ModelRegistry, Depends(models)]) -> dict[str, Any]:
-    served = registry.resolve(None)
+async def props(served: Annotated[Served, Depends(queried_model)]) -> dict[str, Any]:
     llama, model = served.llama, served.llama.model
     template = ChatTemplate.for_model(model)
     defaults = llama.params
@@ -48,17 +47,16 @@ async def props(registry: Annotated[ModelRegistry, Depends(models)]) -> dict[str
 
 
 @router.get("/slots", responses=ERROR_RESPONSES)
-async def slots(registry: Annotated[ModelRegistry, Depends(models)]) -> list[dict[str, Any]]:
-    engine = registry.resolve(None).llama.engine
+async def slots(served: Annotated[Served, Depends(queried_model)]) -> list[dict[str, Any]]:
+    engine = served.llama.engine
     return [{"id": i, "n_ctx": engine.n_ctx_seq, "speculative": False, "is_processing": running}
             for i, running in enumerate(engine.slots_running())]
 
 
 @router.post("/slots/{id_slot}", responses=ERROR_RESPONSES)
 async def slot_action(request: Request, id_slot: int, action: Annotated[Literal["save", "restore", "erase"], Query()],
-                      registry: Annotated[ModelRegistry, Depends(models)],
+                      served: Annotated[Served, Depends(queried_model)],
                       body: Annotated[SlotFile | None, Body()] = None) -> dict[str, Any]:
-    served = registry.resolve(None)
     if not 0 <= id_slot < served.llama.engine.n_slots:
         raise ApiError(400, "Invalid slot ID", param="id_slot")
     if action == "erase":

@@ -25,7 +25,7 @@ from ...high.engine import Job
 from ...high.events import achunks
 from ...high.requests import chat_job, collect
 from ...high.tool_calls import ToolCall
-from ..deps import served_model
+from ..deps import served_model, token_limit
 from ..errors import ERROR_RESPONSES, ApiError, as_api_error
 from ..registry import Served
 from ..responses_schemas import (
@@ -57,8 +57,8 @@ async def responses(body: ResponsesRequest, request: Request,
     llama = served.llama
     chat = as_chat_request(body)
     sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
-    job, kind = chat_job(llama, chat.messages, chat.max_tokens, sampler, None, chat.tools, chat.tool_choice,
-                         chat.response_format, own_sampler=True)
+    job, kind = chat_job(llama, chat.messages, token_limit(request, chat.max_tokens), sampler, None, chat.tools,
+                         chat.tool_choice, chat.response_format, own_sampler=True)
     reply = _Reply(served, body)
     if body.stream:
         return named_sse(_events(served, reply, job, kind), reply.error)
