@@ -18,6 +18,7 @@ from .errors import (
     ContextOverflowError,
     ContextTooLargeError,
     DecodeError,
+    DraftVocabMismatchError,
     InvalidGrammarError,
     InvalidModelError,
     InvalidParameterError,
@@ -79,6 +80,7 @@ __all__ = [
     "NumaStrategy", "SplitMode", "RopeScalingType", "PoolingType", "AttentionType",
     "LlamaError", "BackendError", "BackendMismatchError", "BackendNotInitialisedError", "NoBackendError",
     "ModelNotFoundError", "InvalidModelError", "ContextTooLargeError", "ContextOverflowError", "DecodeError",
+    "DraftVocabMismatchError",
     "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError", "LoadCancelledError",
     "InvalidGrammarError", "ChatTemplateError", "TokenizerError", "TokenizerMismatchError", "UnsupportedVocabError",
 ]
