@@ -489,13 +489,13 @@ class Engine:
         share = (self._batch.capacity - len(slots)) // len(slots)
         requests, asking = [], []
         for slot in slots:
-            job = slot.job
-            assert job is not None
+            job, last = slot.job, slot.next
+            assert job is not None and last is not None
             limit = job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
             # As llama.cpp: room for the next token and one sampled after the last guess.
             n_max = min(share, self._n_ctx_seq - len(slot.tokens) - 2, limit - job.produced - 1)
             if n_max > 0:
-                requests.append(DraftRequest(slot.seq, slot.tokens, slot.next, n_max))  # type: ignore[arg-type]
+                requests.append(DraftRequest(slot.seq, slot.tokens, last, n_max))
                 asking.append(slot)
         if requests:
             for slot, request, guess in zip(asking, requests, self._drafter.draft(requests)):
