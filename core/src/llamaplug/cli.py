@@ -97,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.devices:
         extra["devices"] = [] if args.devices == ["none"] else args.devices
     llama = Llama.load(LlamaParams(model_path=path, n_ctx=args.ctx_size, log_level=args.log, rpc_servers=args.rpc,
-                                   n_gpu_layers=args.n_gpu_layers, **extra))
+                                   n_gpu_layers=args.n_gpu_layers, **extra, **_draft_params(args)))
     sampling = SamplerParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                              penalty_repeat=args.repeat_penalty, seed=args.seed)
     sys.stdout.write(args.prompt)
@@ -112,9 +112,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if final is not None and final.timings is not None and args.timings:
         t = final.timings
         print(f"[{final.stop_reason.value}] prompt {t.prompt_tokens} tokens {t.prompt_per_second:.1f} t/s, "
-              f"generated {t.predicted_tokens} tokens {t.predicted_per_second:.1f} t/s", file=sys.stderr)
+              f"generated {t.predicted_tokens} tokens {t.predicted_per_second:.1f} t/s"
+              + (f", drafted {t.drafted_tokens} accepted {t.accepted_tokens}" if t.drafted_tokens else ""),
+              file=sys.stderr)
     llama.close()
     return 0
+
+
+def _add_draft_arguments(parser: argparse.ArgumentParser) -> None:
+    """Speculative decoding (LlamaParams.draft_*), for `run` and `serve`."""
+    parser.add_argument("-md", "--draft-model", help="a small GGUF of the same vocabulary that drafts tokens")
+    parser.add_argument("--spec", choices=["ngram"], help="draft without a model: n-gram lookup in the sequence")
+    parser.add_argument("--draft-max", type=int, default=16, help="the most tokens drafted per step (default 16)")
+    parser.add_argument("--draft-min", type=int, default=0, help="drop a draft model's shorter drafts (default 0)")
+    parser.add_argument("--draft-p-min", type=float, default=0.0, help="stop drafting below this probability")
+
+
+def _draft_params(args: argparse.Namespace) -> dict[str, object]:
+    return {"draft_model_path": args.draft_model, "speculative": args.spec, "draft_max": args.draft_max,
+            "draft_min": args.draft_min, "draft_p_min": args.draft_p_min}
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -140,6 +156,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         base["n_threads"] = args.threads
     if args.n_batch:
         base["n_batch"] = args.n_batch
+    base.update(_draft_params(args))
     files = args.model or ([] if args.models_dir else [default_model(args.catalog)])
     aliases = args.alias or []
     if len(aliases) > len(files):
@@ -346,6 +363,7 @@ def parser() -> argparse.ArgumentParser:
                      '"all" or a count (LlamaParams checks it)')
     run.add_argument("-dev", "--device", dest="devices", action="append",
                      help="offload to this device (repeatable; see `llamaplug info`); 'none' = CPU only")
+    _add_draft_arguments(run)
     run.set_defaults(func=cmd_run)
     inspect = sub.add_parser("inspect", help="a GGUF file's metadata, tensors, vocabulary and chat template",
                              description="Show what a GGUF file holds, read by llamaplug's own reader "
@@ -406,6 +424,7 @@ def parser() -> argparse.ArgumentParser:
                        help="require `Authorization: Bearer KEY` on every route but /health (401 otherwise)")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"], default="error")
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
+    _add_draft_arguments(serve)
     serve.add_argument("--ray", action="store_true", help='replicas on Ray Serve (pip install "llamaplug[ray]")')
     serve.add_argument("--ray-address", help="the Ray cluster (ray start's address; default: start a local one)")
     serve.add_argument("--replicas", type=int, default=1, help="with --ray: engines, each -t threads (1 CPU each)")

@@ -114,6 +114,10 @@ class UnsupportedVocabError(TokenizerError):
         self.kind = kind
 
 
+class DraftVocabMismatchError(LlamaError):
+    """A draft model (LlamaParams.draft_model_path) whose vocabulary is not the target's: the message says what."""
+
+
 class InvalidGrammarError(InvalidParameterError):
     """llama.cpp's parser refused a GBNF grammar: `line`, `column` (1-based) and `reason` say where and why."""
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import InvalidParameterError
 
@@ -302,6 +302,23 @@ class LlamaParams(ModelParams, ContextParams):
                                description="host memory (MiB) keeping the KV of sequences that left their slot, "
                                            "for later prompts with the same prefix (llama-server's --cache-ram); "
                                            "0 = off")
+    # Speculative decoding (high/speculative.py): a draft model or n-gram lookup guesses tokens, the model checks
+    # them in one batch; the output is the model's own.
+    draft_model_path: Path | None = Field(None, description="a small model of the same vocabulary that drafts "
+                                                             "tokens for speculative decoding")
+    speculative: Literal["ngram"] | None = Field(None, description='"ngram": draft by looking up the last tokens '
+                                                                  "in the sequence itself (llama.cpp's ngram-simple)")
+    draft_max: int = Field(16, ge=1, le=1024, description="the most tokens drafted per step")
+    draft_min: int = Field(0, ge=0, le=1024, description="a draft model's drafts shorter than this are dropped")
+    draft_p_min: float = Field(0.0, ge=0.0, le=1.0, description="a draft model stops drafting at a token whose "
+                                                                "probability (among its top 10) is below this")
+    ngram_size: int = Field(12, ge=1, le=1024, description='speculative="ngram": tokens looked up')
+
+    @model_validator(mode="after")
+    def _one_drafter(self) -> LlamaParams:
+        if self.speculative is not None and self.draft_model_path is not None:
+            raise ValueError('speculative="ngram" and draft_model_path exclude each other: choose one way to draft')
+        return self
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, **data: Any):
         if model_path is not None:

@@ -98,6 +98,11 @@ class LlamaContext(ContextState, ContextAdapters):
         if n_past is not None:
             self.n_past = n_past
 
+    @property
+    def recurrent(self) -> bool:
+        """A recurrent or hybrid model's context: a sequence cannot be cut back to a position."""
+        return self._recurrent
+
     # -- sizes ---------------------------------------------------------------
     @property
     def n_ctx(self) -> int:

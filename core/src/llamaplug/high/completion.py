@@ -37,6 +37,8 @@ class CompletionTimings:
     predicted_tokens: int
     predicted_ms: float
     cached_tokens: int = 0  # prompt tokens found in the KV cache (a slot's earlier request), not decoded again
+    drafted_tokens: int = 0  # speculative decoding: tokens a drafter guessed and the model checked
+    accepted_tokens: int = 0  # ... and of those, the ones the model's own sampling agreed with
 
     @property
     def prompt_per_second(self) -> float:

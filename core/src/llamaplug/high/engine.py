@@ -11,6 +11,11 @@ A slot (one KV-cache sequence) keeps its tokens after its request ends, so a
 request whose prompt shares a prefix with them (the next chat turn, a common
 system prompt) decodes only the rest: `CompletionTimings.cached_tokens`.
 
+With a drafter (speculative.py), a generating slot's token goes into the step's batch
+with the drafter's guesses after it, every one with logits; the slot's sampler then
+samples row after row while its token equals the guess, and the cache is cut after the
+last accepted one (`_verify`). Without one, the step is the same as ever.
+
 Callers never touch the context: they hand the engine a `Job` and get its
 events through the job's `sink` (a queue's put for threads, a
 call_soon_threadsafe for asyncio), on the worker thread.
@@ -34,6 +39,7 @@ from ..errors import ClosedError, DecodeError, InvalidParameterError, LlamaError
 from .completion import CompletionChunk, CompletionTimings, StopReason, TextAssembler
 from .logprobs import LogprobReader
 from .prefix_store import PrefixStore, common_prefix
+from .speculative import Drafter, DraftRequest
 
 log = logging.getLogger("llamaplug.engine")
 
@@ -61,6 +67,8 @@ class Job:
     cached: int = 0
     started: float = 0.0
     first_token: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
 
     def __post_init__(self) -> None:
         self.text = TextAssembler(self.stops)
@@ -83,6 +91,7 @@ class _Slot:
     todo: list[int] = dataclasses.field(default_factory=list)  # prompt tokens not decoded yet
     next: int | None = None  # the sampled token to decode next
     used: float = 0.0
+    draft: list[int] = dataclasses.field(default_factory=list)  # guesses decoded after `next` this step
 
 
 @dataclasses.dataclass
@@ -97,6 +106,8 @@ class EngineStats:
     stored_sequences: int = 0
     stored_bytes: int = 0
     generated_tokens: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
     decode_steps: int = 0
     busy_slots: int = 0
     waiting: int = 0
@@ -108,8 +119,9 @@ class Engine:
     `cache_bytes` of host memory keep the KV of sequences that left their slot (prefix_store.py).
     """
 
-    def __init__(self, context: LlamaContext, cache_bytes: int = 0):
+    def __init__(self, context: LlamaContext, cache_bytes: int = 0, drafter: Drafter | None = None):
         self._ctx = context
+        self._drafter = drafter
         self._store = PrefixStore(cache_bytes) if cache_bytes > 0 else None
         # A sliding-window cache forgets cells behind the window: a prefix is reusable only while the
         # window before its end is still there (llama-server's check).
@@ -177,6 +189,8 @@ class Engine:
         if thread is not None and thread is not threading.current_thread():
             self._ctx.abort()
             thread.join()
+        if self._drafter is not None:
+            self._drafter.close()
 
     @contextlib.contextmanager
     def idle(self, why: str) -> Iterator[list[list[int]]]:
@@ -326,6 +340,8 @@ class Engine:
             if slot.job is not None and slot.job.media is not None and not slot.tokens and slot.next is None:
                 self._eval_media(slot)  # libmtmd runs its own decodes: a step of its own
                 return
+        if self._drafter is not None:
+            self._draft()
         batch.clear()
         rows: list[tuple[_Slot, int]] = []  # (slot, how many of its tokens are in the batch)
         for slot in self._slots:
@@ -333,10 +349,17 @@ class Engine:
             if job is None or slot.next is None:
                 continue
             if job.cancelled:
+                slot.draft = []
                 self._finish(slot, StopReason.CANCELLED)
                 continue
             batch.add(slot.next, len(slot.tokens), slot.seq, True)
-            rows.append((slot, 1))
+            if slot.draft:
+                pos = len(slot.tokens) + 1
+                for i, token in enumerate(slot.draft):
+                    batch.add(token, pos + i, slot.seq, True)
+                rows.append((slot, 1 + len(slot.draft)))
+            else:
+                rows.append((slot, 1))
         prefilling = [s for s in self._slots if s.job is not None and s.todo]
         if prefilling:
             self._turn = (self._turn + 1) % len(prefilling)
@@ -370,6 +393,7 @@ class Engine:
             with self._own():
                 for slot, _ in rows:
                     ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
+                    slot.draft = []
             return
         except LlamaError as exc:
             self._fail_rows(rows, exc)
@@ -379,6 +403,10 @@ class Engine:
         end = 0  # one past the slot's last token in the batch: its logits row when its prompt is read
         for slot, n in rows:
             end += n
+            if slot.draft:
+                self._verify(slot, end - n)
+                slot.used = now
+                continue
             if slot.next is not None:
                 slot.tokens.append(slot.next)
                 slot.next = None
@@ -415,26 +443,27 @@ class Engine:
         self.stats.decode_steps += 1
         self._after_output(slot, -1)
 
-    def _after_output(self, slot: _Slot, idx: int) -> None:
+    def _after_output(self, slot: _Slot, idx: int) -> int | None:
+        """Sample the slot's next token from logits row `idx` and hand it to the job; the token (None if none)."""
         job = slot.job
         assert job is not None
         limit = job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
         if job.produced >= limit:  # max_tokens=0: the prompt is read, nothing generated
             self._finish(slot, StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL)
-            return
+            return None
         try:
             token = job.sampler.sample(self._ctx, idx)
             lp = [self._logprobs.read(token, job.n_logprobs, idx)] if job.n_logprobs is not None else None
         except Exception as exc:  # noqa: BLE001 - a job's own sampler (a plugin's Python code too) fails that job only
             self._release(slot)
             self._end(job, exc)
-            return
+            return None
         if not job.first_token:
             job.first_token = time.perf_counter()
         model = self._ctx.model
         if model.token_is_eog(token):
             self._finish(slot, StopReason.EOS)
-            return
+            return token
         job.produced += 1
         self.stats.generated_tokens += 1
         new = job.text.feed(model.token_to_piece(token))
@@ -450,6 +479,56 @@ class Engine:
             self._finish(slot, reason)
         else:
             slot.next = token
+        return token
+
+    # -- speculative decoding --------------------------------------------------
+    def _draft(self) -> None:
+        """Ask the drafter for guesses after each generating slot's next token; they go in this step's batch."""
+        assert self._drafter is not None
+        slots = [s for s in self._slots if s.job is not None and s.next is not None and not s.job.cancelled
+                 and s.job.media is None]
+        if not slots:
+            return
+        # The guesses share the batch with the generating tokens and leave prompt chunks what remains.
+        share = (self._batch.capacity - len(slots)) // len(slots)
+        requests, asking = [], []
+        for slot in slots:
+            job, last = slot.job, slot.next
+            assert job is not None and last is not None
+            limit = job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
+            # As llama.cpp: room for the next token and one sampled after the last guess.
+            n_max = min(share, self._n_ctx_seq - len(slot.tokens) - 2, limit - job.produced - 1)
+            if n_max > 0:
+                requests.append(DraftRequest(slot.seq, slot.tokens, last, n_max))
+                asking.append(slot)
+        if requests:
+            for slot, request, guess in zip(asking, requests, self._drafter.draft(requests)):
+                slot.draft = list(guess[:request.n_max])
+
+    def _verify(self, slot: _Slot, first: int) -> None:
+        """Sample the rows of the slot's next token and its guesses while the samples equal the guesses
+        (llama.cpp's common_sampler_sample_and_accept_n); cut the cache after the last token kept."""
+        job = slot.job
+        assert job is not None and slot.next is not None
+        draft, slot.draft = slot.draft, []
+        slot.tokens.append(slot.next)
+        slot.next = None
+        job.drafted += len(draft)
+        self.stats.drafted_tokens += len(draft)
+        for i, guess in enumerate(draft):
+            token = self._after_output(slot, first + i)
+            if token != guess:
+                break
+            job.accepted += 1
+            self.stats.accepted_tokens += 1
+            if slot.job is not job:  # it ended on this token (EOS, a stop, max_tokens)
+                break
+            slot.tokens.append(guess)
+            slot.next = None
+        else:
+            self._after_output(slot, first + len(draft))
+        with self._own():
+            self._ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
 
     def _emit(self, job: Job, event: CompletionChunk | BaseException) -> None:
         try:
@@ -462,7 +541,7 @@ class Engine:
         end = time.perf_counter()
         first = job.first_token or end
         return CompletionTimings(job.n_prompt, (first - job.started) * 1e3, job.produced, (end - first) * 1e3,
-                                 job.cached)
+                                 job.cached, job.drafted, job.accepted)
 
     def _finish(self, slot: _Slot, reason: StopReason) -> None:
         job = slot.job
@@ -474,7 +553,7 @@ class Engine:
         self._end(job, CompletionChunk("", [], None, StopReason.CANCELLED, self._timings(job)))
 
     def _release(self, slot: _Slot) -> None:
-        slot.job, slot.todo, slot.next = None, [], None
+        slot.job, slot.todo, slot.next, slot.draft = None, [], None, []
         with self._cv:
             self.stats.busy_slots = sum(s.job is not None for s in self._slots)
 

@@ -28,6 +28,7 @@ from .engine import Engine
 from .infill import check_text, infill_tokens
 from .requests import Samplers, chat_job, collect, collect_many, completion_job, completion_jobs, samplers_for
 from .requests import response_grammar as response_grammar  # its home was here
+from .speculative import Drafter, ModelDrafter, NgramDrafter, check_vocab
 
 
 class Llama:
@@ -38,12 +39,13 @@ class Llama:
     more wait for a free slot. `create_completions` runs many prompts at once.
     """
 
-    def __init__(self, params: LlamaParams, backend: LlamaBackend, model: LlamaModel, context: LlamaContext):
+    def __init__(self, params: LlamaParams, backend: LlamaBackend, model: LlamaModel, context: LlamaContext,
+                 drafter: Drafter | None = None):
         self.params = params
         self.backend = backend
         self._model = model
         self._context = context
-        self._engine = Engine(context, params.cache_ram_mib << 20)
+        self._engine = Engine(context, params.cache_ram_mib << 20, drafter)
         self._embed_lock = threading.Lock()  # the embedding contexts are not the engine's
         self._projector: Projector | None = None  # a plugin's, when LlamaParams.mmproj_path is set (llamaplug-mtmd)
 
@@ -69,10 +71,11 @@ class Llama:
             for path, scale in params.lora:
                 context.set_lora(LoraAdapter.load(model, path), scale)
             projector = _open_projector(params, model)
+            drafter = _open_drafter(params, model, context)
         except BaseException:
             model.close()
             raise
-        llama = cls(params, backend, model, context)
+        llama = cls(params, backend, model, context, drafter)
         llama._projector = projector
         return llama
 
@@ -297,6 +300,33 @@ def _open_projector(params: LlamaParams, model: LlamaModel) -> Projector | None:
         raise InvalidParameterError("mmproj_path needs the multimodal plugin: pip install llamaplug-mtmd",
                                     field="mmproj_path")
     return projector
+
+
+def _open_drafter(params: LlamaParams, model: LlamaModel, context: LlamaContext) -> Drafter | None:
+    """The drafter of speculative decoding that params ask for (None: none)."""
+    if params.speculative is None and params.draft_model_path is None:
+        return None
+    if context.recurrent:
+        raise InvalidParameterError(f"speculative decoding needs a cache that can be cut back after a wrong guess; "
+                                    f"{params.model_path.name} is a recurrent model",
+                                    field="speculative" if params.speculative else "draft_model_path")
+    if params.speculative == "ngram":
+        return NgramDrafter(params.ngram_size, params.draft_max)
+    assert params.draft_model_path is not None
+    # The target's context shape: one draft sequence per slot, as long as the slot's.
+    shape = context.params.replace(n_ctx=context.n_ctx, embeddings=False)
+    draft = LlamaModel(params.draft_model_path, params.model_params().replace(progress_callback=None, tokenizer=None),
+                       shape)
+    try:
+        check_vocab(model, draft)
+        draft_context = LlamaContext(draft, draft.fit.context if draft.fit is not None else shape)
+        if draft_context.recurrent:
+            raise InvalidParameterError(f"the draft model {params.draft_model_path.name} is recurrent: its cache "
+                                        "cannot be cut back after a wrong guess", field="draft_model_path")
+    except BaseException:
+        draft.close()
+        raise
+    return ModelDrafter(draft_context, params.draft_max, params.draft_min, params.draft_p_min)
 
 
 def _stderr_is_tty() -> bool:
