@@ -3,6 +3,7 @@
 A page asks for a table with a marker on a line of its own:
 
     <!-- generated: params LlamaParams -->   every field: name, type, default, meaning
+                                             (a field without a description fails the build)
     <!-- generated: errors -->               every LlamaError subclass: base, when it is raised
 
 They import the installed llamaplug (`make docs` runs in the dev venv).
@@ -27,6 +28,11 @@ def params_table(name: str | None) -> str:
     from llamaplug import params
 
     cls = getattr(params, name or "")
+    undocumented = [field for field, info in cls.model_fields.items() if not (info.description or "").strip()]
+    if undocumented:
+        # The page is the reference for every field: a field without a meaning fails the build, not the reader.
+        raise ValueError(f"{cls.__name__} fields without a description (add Field(..., description=...) in "
+                         f"llamaplug/params.py): {', '.join(undocumented)}")
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
     for field, info in cls.model_fields.items():
         default = "required" if info.is_required() else _default(info)
@@ -41,6 +47,9 @@ def errors_table(_: str | None) -> str:
     classes = [c for c in vars(errors).values()
                if inspect.isclass(c) and issubclass(c, errors.LlamaError)]
     classes.sort(key=lambda c: (len(c.__mro__), c.__name__))
+    undocumented = [c.__name__ for c in classes if not (c.__dict__.get("__doc__") or "").strip()]
+    if undocumented:  # inspect.getdoc would show the base's docstring: say it instead
+        raise ValueError(f"errors without their own docstring in llamaplug/errors.py: {', '.join(undocumented)}")
     rows = ["| error | is a | raised when |", "|---|---|---|"]
     for c in classes:
         base = ", ".join(f"`{b.__name__}`" for b in c.__bases__)
