@@ -161,17 +161,24 @@ class ModelParams(Params):
     n_gpu_layers: int | Literal["auto", "all"] = Field(
         "auto", description='layers on GPUs: "auto" (llama.cpp\'s fitting to free device memory, as its CLI), '
                             '"all", or a count (-1 = all)')
-    split_mode: SplitMode = SplitMode.LAYER
-    main_gpu: int = Field(0, ge=0)
-    tensor_split: list[float] | None = None
+    split_mode: SplitMode = Field(
+        SplitMode.LAYER,
+        description="how the model is split over several GPUs: NONE (all on main_gpu), LAYER (whole layers"
+                    " per GPU), ROW (rows of each matrix), TENSOR")
+    main_gpu: int = Field(0, ge=0, description="index of the GPU that holds the whole model when split_mode is NONE")
+    tensor_split: list[float] | None = Field(
+        None,
+        description="share of the model (layers or rows) per GPU, in device order, e.g. [3, 1]; None = by free memory")
     devices: list[str] | None = Field(None, description="devices to offload to, by name (None = all GPUs; [] = none)")
     fit_target_mib: list[int] = Field(default_factory=lambda: [1024],
                                       description='"auto": memory to leave free per device (the last repeats)')
     fit_min_ctx: int = Field(4096, ge=0, description='"auto" with n_ctx=0: the smallest context it may choose')
     use_mmap: bool | None = Field(None, description="None = llama.cpp decides (mmap where supported)")
-    use_mlock: bool = False
-    vocab_only: bool = False
-    check_tensors: bool = False
+    use_mlock: bool = Field(False, description="lock the weights in RAM (mlock) so that the OS cannot swap them out")
+    vocab_only: bool = Field(False, description="load only the vocabulary (tokenize and detokenize), no weights")
+    check_tensors: bool = Field(
+        False,
+        description="validate the tensor data while loading (slower; finds corrupted files)")
     progress_callback: Callable[[float], bool | None] | None = Field(
         None, description="called with 0.0..1.0 while the weights load; returning False cancels the load")
     tokenizer: Any = Field(
@@ -239,31 +246,74 @@ class ContextParams(Params):
     """How a context is created (llama_context_params; every field of seed 004)."""
 
     n_ctx: int = Field(0, ge=0, le=INT32_MAX, description="context window; 0 = the model's training context")
-    n_batch: int = Field(2048, ge=1, le=INT32_MAX)
-    n_ubatch: int = Field(512, ge=1, le=INT32_MAX)
-    n_seq_max: int = Field(1, ge=1, le=LLAMA_MAX_SEQ)
-    n_threads: int = Field(default_factory=physical_cores, ge=1, le=GGML_MAX_N_THREADS)
+    n_batch: int = Field(
+        2048, ge=1, le=INT32_MAX,
+        description="logical batch: the most tokens one llama_decode takes (longer prompts are read in "
+                    "batches of this size)")
+    n_ubatch: int = Field(
+        512, ge=1, le=INT32_MAX,
+        description="physical batch: the most tokens computed at once inside a decode (<= n_batch); more ="
+                    " faster prompts, more memory")
+    n_seq_max: int = Field(
+        1, ge=1, le=LLAMA_MAX_SEQ,
+        description="the most sequences (parallel slots) the context holds; they share the n_ctx cells (at most 256)")
+    n_threads: int = Field(
+        default_factory=physical_cores, ge=1, le=GGML_MAX_N_THREADS,
+        description="CPU threads for generation (one token per step); default = the physical cores")
     n_threads_batch: int | None = Field(None, ge=1, le=GGML_MAX_N_THREADS, description="None = n_threads")
-    rope_scaling_type: RopeScalingType = RopeScalingType.UNSPECIFIED
-    pooling_type: PoolingType = PoolingType.UNSPECIFIED
-    attention_type: AttentionType = AttentionType.UNSPECIFIED
-    flash_attn_type: FlashAttnType = FlashAttnType.AUTO
-    rope_freq_base: float = 0.0
-    rope_freq_scale: float = 0.0
-    yarn_ext_factor: float = -1.0
-    yarn_attn_factor: float = -1.0
-    yarn_beta_fast: float = -1.0
-    yarn_beta_slow: float = -1.0
-    yarn_orig_ctx: int = Field(0, ge=0, le=INT32_MAX)
-    defrag_thold: float = -1.0
-    embeddings: bool = False
-    offload_kqv: bool = True
-    no_perf: bool = False
-    op_offload: bool = True
-    swa_full: bool = False
-    kv_unified: bool = False
-    type_k: KvCacheType = KvCacheType.F16
-    type_v: KvCacheType = KvCacheType.F16
+    rope_scaling_type: RopeScalingType = Field(
+        RopeScalingType.UNSPECIFIED,
+        description="RoPE scaling: UNSPECIFIED = the model's, NONE, LINEAR, YARN, LONGROPE")
+    pooling_type: PoolingType = Field(
+        PoolingType.UNSPECIFIED,
+        description="how embeddings are pooled per sequence: UNSPECIFIED = the model's, NONE (per token), "
+                    "MEAN, CLS, LAST, RANK (rerank score)")
+    attention_type: AttentionType = Field(
+        AttentionType.UNSPECIFIED,
+        description="attention for embeddings: UNSPECIFIED = the model's, CAUSAL, NON_CAUSAL")
+    flash_attn_type: FlashAttnType = Field(
+        FlashAttnType.AUTO,
+        description="Flash Attention: AUTO (on where the backend supports it), DISABLED, ENABLED; also "
+                    '"auto", "on", "off" or a bool')
+    rope_freq_base: float = Field(0.0, description="RoPE base frequency; 0 = the model's")
+    rope_freq_scale: float = Field(
+        0.0,
+        description="RoPE frequency scaling factor (1 / context extension); 0 = the model's")
+    yarn_ext_factor: float = Field(
+        -1.0,
+        description="YaRN extrapolation mix factor; negative = the model's (1.0 with YARN scaling, else 0.0)")
+    yarn_attn_factor: float = Field(-1.0, description="YaRN magnitude scaling factor; negative = the model's")
+    yarn_beta_fast: float = Field(-1.0, description="YaRN low correction dimension; negative = the model's")
+    yarn_beta_slow: float = Field(-1.0, description="YaRN high correction dimension; negative = the model's")
+    yarn_orig_ctx: int = Field(
+        0, ge=0, le=INT32_MAX,
+        description="YaRN original context size in tokens; 0 = the model's training context")
+    defrag_thold: float = Field(
+        -1.0,
+        description="deprecated in llama.cpp (it defragments by itself): defragment when holes / size > "
+                    "this; <= 0 = off")
+    embeddings: bool = Field(
+        False,
+        description="compute embeddings (with the logits): needed for Llama.embed and rerank")
+    offload_kqv: bool = Field(
+        True,
+        description="keep the KV cache and the attention ops on the GPU with the offloaded layers")
+    no_perf: bool = Field(False, description="skip llama.cpp's performance counters (llama_perf_context)")
+    op_offload: bool = Field(
+        True,
+        description="run host tensors' operations (weights kept in RAM) on the GPU for large batches")
+    swa_full: bool = Field(
+        False,
+        description="full-size KV cache for sliding-window layers (prompt reuse past the window; more memory)")
+    kv_unified: bool = Field(
+        False,
+        description="one KV buffer for all sequences (best when they share a long prefix); False = one per sequence")
+    type_k: KvCacheType = Field(
+        KvCacheType.F16,
+        description="element type of the K cache: F16, BF16, F32, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, IQ4_NL (or its name)")
+    type_v: KvCacheType = Field(
+        KvCacheType.F16,
+        description="element type of the V cache, as type_k; a quantized V cache needs flash attention")
 
     def with_flash_attn(self, enabled: bool):
         """A copy with flash attention on or off (seed 002); flash_attn_type also takes "auto"."""
@@ -289,11 +339,14 @@ class ContextParams(Params):
 class LlamaParams(ModelParams, ContextParams):
     """Everything `Llama.load` needs: the model path, model and context parameters."""
 
-    model_path: Path
+    model_path: Path = Field(description='the GGUF model file')
     seed: int = Field(0xFFFFFFFF, ge=0, le=0xFFFFFFFF, description="default sampler seed")
     backends: list[str] | None = Field(None, description="backend plugins to use; None = chosen by probe")
     rpc_servers: list[str] = Field(default_factory=list, description='RPC servers ("host:port") whose devices to use')
-    log_level: Literal["debug", "info", "warning", "error", "none"] | None = None
+    log_level: Literal["debug", "info", "warning", "error", "none"] | None = Field(
+        None,
+        description='llama.cpp\'s messages passed to the "llamaplug.native" logger; None = $LLAMAPLUG_LOG, '
+                    'else "error"')
     lora: list[tuple[Path, float]] = Field(default_factory=list, description="LoRA adapters (path, scale) to apply")
     progress: bool | None = Field(None, description="a progress bar on stderr while loading (None: if a terminal)")
     mmproj_path: Path | None = Field(None, description="multimodal projector GGUF for image/audio chat parts "
@@ -344,35 +397,69 @@ class SamplerParams(Params):
     replaces it; temperature <= 0 samples greedily. `grammar` is GBNF text.
     """
 
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = Field(0.95, ge=0.0, le=1.0)
-    min_p: float = Field(0.05, ge=0.0, le=1.0)
-    typical_p: float = Field(1.0, ge=0.0, le=1.0)
+    temperature: float = Field(0.8, description="softmax temperature; <= 0 = greedy (argmax)")
+    top_k: int = Field(40, description="keep the k most likely tokens; <= 0 = the whole vocabulary")
+    top_p: float = Field(
+        0.95, ge=0.0, le=1.0,
+        description="nucleus: keep the fewest tokens whose probabilities reach p; 1.0 = off")
+    min_p: float = Field(
+        0.05, ge=0.0, le=1.0,
+        description="drop tokens less likely than min_p x the top token's probability; 0.0 = off")
+    typical_p: float = Field(1.0, ge=0.0, le=1.0, description="locally typical sampling with mass p; 1.0 = off")
     min_keep: int = Field(0, ge=0, description="the fewest tokens top_p/min_p/typical/xtc keep (0: their own)")
-    dynatemp_range: float = Field(0.0, ge=0.0)
-    dynatemp_exponent: float = Field(1.0, gt=0.0)
-    xtc_probability: float = Field(0.0, ge=0.0, le=1.0)
-    xtc_threshold: float = 0.1
-    top_n_sigma: float = -1.0
-    penalty_last_n: int = Field(64, ge=-1)
-    penalty_repeat: float = Field(1.0, gt=0.0)
-    penalty_freq: float = 0.0
-    penalty_present: float = 0.0
-    dry_multiplier: float = Field(0.0, ge=0.0)
-    dry_base: float = 1.75
-    dry_allowed_length: int = Field(2, ge=0)
-    dry_penalty_last_n: int = Field(64, ge=0)
-    dry_sequence_breakers: list[str] = Field(default_factory=lambda: ["\n", ":", "\"", "*"])
-    mirostat: Literal[0, 1, 2] = 0
-    mirostat_tau: float = 5.0
-    mirostat_eta: float = 0.1
-    adaptive_target: float = -1.0
-    adaptive_decay: float = Field(0.9, ge=0.0, le=0.99)
-    samplers: list[SamplerName] = Field(default_factory=lambda: list(SAMPLER_ORDER))
-    grammar: str | None = None
-    logit_bias: dict[int, float] = Field(default_factory=dict)
-    seed: int = Field(0xFFFFFFFF, ge=0, le=0xFFFFFFFF)
+    dynatemp_range: float = Field(
+        0.0, ge=0.0,
+        description="dynamic temperature: temperature +/- range, by the candidates' entropy; 0.0 = off")
+    dynatemp_exponent: float = Field(1.0, gt=0.0, description="dynamic temperature: how entropy maps to temperature")
+    xtc_probability: float = Field(
+        0.0, ge=0.0, le=1.0,
+        description="XTC: the chance per step of removing the top choices; 0.0 = off")
+    xtc_threshold: float = Field(
+        0.1,
+        description="XTC: tokens above this probability (all but the least of them) are removed; > 0.5 = off")
+    top_n_sigma: float = Field(-1.0, description="keep tokens within n standard deviations of the top logit; -1 = off")
+    penalty_last_n: int = Field(
+        64, ge=-1,
+        description="how many recent tokens the penalties look at; 0 = off, -1 = the context size")
+    penalty_repeat: float = Field(1.0, gt=0.0, description="repetition penalty on recent tokens' logits; 1.0 = off")
+    penalty_freq: float = Field(
+        0.0,
+        description="frequency penalty, subtracted per occurrence in the recent tokens; 0.0 = off")
+    penalty_present: float = Field(
+        0.0,
+        description="presence penalty, subtracted once for a token in the recent tokens; 0.0 = off")
+    dry_multiplier: float = Field(0.0, ge=0.0, description="DRY (don't repeat yourself) penalty strength; 0.0 = off")
+    dry_base: float = Field(
+        1.75,
+        description="DRY: the penalty is multiplier x base ^ (repeat length - allowed length)")
+    dry_allowed_length: int = Field(2, ge=0, description="DRY: repeats longer than this many tokens are penalised")
+    dry_penalty_last_n: int = Field(
+        64, ge=0,
+        description="DRY: how many recent tokens are scanned for repeats; 0 = off")
+    dry_sequence_breakers: list[str] = Field(
+        default_factory=lambda: ["\n", ":", "\"", "*"],
+        description="DRY: strings that end a repeated sequence")
+    mirostat: Literal[0, 1, 2] = Field(
+        0,
+        description="0 = off, 1 = Mirostat, 2 = Mirostat 2.0 (it replaces the samplers list)")
+    mirostat_tau: float = Field(5.0, description="Mirostat target entropy (surprise)")
+    mirostat_eta: float = Field(0.1, description="Mirostat learning rate")
+    adaptive_target: float = Field(
+        -1.0,
+        description="adaptive-p: select tokens near this probability (0.0-1.0; negative = off)")
+    adaptive_decay: float = Field(
+        0.9, ge=0.0, le=0.99,
+        description="adaptive-p: EMA decay; the history is about 1 / (1 - decay) tokens")
+    samplers: list[SamplerName] = Field(
+        default_factory=lambda: list(SAMPLER_ORDER),
+        description="the samplers of the chain, in order (llama.cpp's default order)")
+    grammar: str | None = Field(None, description="GBNF grammar the output must match; None = free text")
+    logit_bias: dict[int, float] = Field(
+        default_factory=dict,
+        description="token id -> bias added to its logit (-inf bans it)")
+    seed: int = Field(
+        0xFFFFFFFF, ge=0, le=0xFFFFFFFF,
+        description="seed of the chain's dist / mirostat sampler; 0xFFFFFFFF (LLAMA_DEFAULT_SEED) = random")
 
     def build_chain(self, model: Any) -> Any:
         """Seed 004's spelling of SamplerChain.from_params(self, model): the chain for `model`'s vocabulary.
