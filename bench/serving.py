@@ -3,6 +3,7 @@
 
     .tox/py/bin/python bench/serving.py engine [--models smollm2,gemma] [--rounds 3]
     .tox/py/bin/python bench/serving.py load [--clients 8,32] [--requests 200] [--unique]
+    .tox/py/bin/python bench/serving.py chat [--clients 8,32] [--requests 96] [--rounds 2]
     .tox/py/bin/python bench/serving.py disconnects [--requests 1000]
 
 engine: `create_completions` of 16 prompts x 64 tokens against the same prompts one
@@ -18,6 +19,11 @@ load: the pinned llama-server, `llamaplug serve` and llama-cpp-python's server (
   first token p50/p95, errors, and prompt tokens decoded vs reused (each server's
   /metrics). The default prompts repeat (59 of them), which both servers' host-memory
   prompt caches serve; --unique gives every request its own prompt.
+chat: the throughput target of issue 24: the pinned llama-server, `llamaplug serve` and `llamaplug serve
+  --models-dir` (the router, one model in the dir, loaded by the first request) on the same model, threads
+  and slots, N clients each sending non-streamed greedy chat requests of 64 tokens; runs in ABBA order
+  (native, ours, router, router, ours, native, ...) so drift weighs on all of them. Throughput counts
+  each server's own usage.completion_tokens. Target: ours >= 1.0x native at 8 and 32 clients.
 disconnects: R streamed requests to `llamaplug serve`, each dropped after a random
   number of events; afterwards /metrics must show every slot free, and the server's
   RSS is sampled (flat: the last sample within 5% of the one after warm-up).
@@ -135,7 +141,15 @@ def free_port() -> int:
 
 def start(kind: str, model: Path, slots: int, per_slot: int) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    if kind == "native":
+    if kind == "router":  # llamaplug serve over a models dir holding only `model`: the registry in front
+        folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"llamaplug-bench-models-{os.getpid()}"
+        folder.mkdir(exist_ok=True)
+        link = folder / model.name
+        if not link.exists():
+            link.symlink_to(model)
+        cmd = [sys.executable, "-m", "llamaplug.cli", "serve", "--models-dir", str(folder), "-t", str(THREADS),
+               "--parallel", str(slots), "-c", str(slots * per_slot), "--port", str(port)]
+    elif kind == "native":
         cmd = [str(native_bin() / "llama-server"), "-m", str(model), "-t", str(THREADS), "-np", str(slots),
                "-c", str(slots * per_slot), "--host", "127.0.0.1", "--port", str(port), "--metrics"]
     elif kind == "llamaplug":
@@ -218,6 +232,73 @@ async def drive(port: int, clients: int, requests: int, max_tokens: int = 32, dr
     wall = time.perf_counter() - t0
     await client.close()
     return {"wall_s": wall, "texts": texts, "ttft": ttft, "errors": errors}
+
+
+CHAT_PROMPTS = [f"Write a short story about a {animal} who learns to {skill}." for animal, skill in
+                [("cat", "swim"), ("dog", "paint"), ("fox", "sing"), ("owl", "cook"), ("bear", "dance"),
+                 ("mouse", "fly"), ("horse", "read"), ("frog", "juggle")]]
+
+
+async def drive_chat(port: int, clients: int, requests: int, max_tokens: int = 64) -> dict[str, Any]:
+    """`requests` non-streamed greedy chat requests from `clients` concurrent clients."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0,
+                                timeout=600)
+    model = (await client.models.list()).data[0].id
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(requests):
+        queue.put_nowait(i)
+    tokens, errors = 0, []
+
+    async def worker() -> None:
+        nonlocal tokens
+        while not queue.empty():
+            i = queue.get_nowait()
+            try:
+                out = await client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": CHAT_PROMPTS[i % len(CHAT_PROMPTS)]}],
+                    max_tokens=max_tokens, temperature=0)
+                tokens += out.usage.completion_tokens
+            except Exception as exc:  # every failure is counted, none stops the run
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    wall = time.perf_counter() - t0
+    await client.close()
+    return {"wall_s": wall, "tokens": tokens, "errors": errors}
+
+
+def bench_chat(args: argparse.Namespace) -> dict[str, Any]:
+    model = model_path(args.model)
+    kinds = ["native", "llamaplug", "router"]
+    results: dict[str, Any] = {}
+    for clients in map(int, args.clients.split(",")):
+        runs: dict[str, list[float]] = {k: [] for k in kinds}
+        errors = dict.fromkeys(kinds, 0)
+        for r in range(args.rounds):
+            for kind in (kinds if r % 2 == 0 else kinds[::-1]):  # ABBA
+                proc, port = start(kind, model, clients, 256)
+                try:
+                    asyncio.run(drive_chat(port, clients, clients))  # warm-up (and the router's load)
+                    run = asyncio.run(drive_chat(port, clients, args.requests))
+                finally:
+                    stop(proc)
+                runs[kind].append(run["tokens"] / run["wall_s"])
+                errors[kind] += len(run["errors"])
+                print(f"{clients} clients, round {r}, {kind:9}: {runs[kind][-1]:.1f} tok/s, "
+                      f"errors {len(run['errors'])} {run['errors'][:1]}", flush=True)
+        med = {k: statistics.median(v) for k, v in runs.items()}
+        row = {"tokens_per_s": runs, "median": med, "errors": errors,
+               "ours_over_native": med["llamaplug"] / med["native"],
+               "router_over_native": med["router"] / med["native"],
+               "per_round_ours_over_native": [o / n for o, n in zip(runs["llamaplug"], runs["native"], strict=True)]}
+        print(f"{clients} clients: medians native {med['native']:.1f}, ours {med['llamaplug']:.1f}, router "
+              f"{med['router']:.1f} tok/s; ours/native {row['ours_over_native']:.3f}, router/native "
+              f"{row['router_over_native']:.3f} (target >= 1.0)", flush=True)
+        results[f"clients={clients}"] = row
+    return results
 
 
 def count_tokens(texts: list[str], model: Path) -> int:
@@ -337,11 +418,17 @@ def main() -> None:
     ld.add_argument("--clients", default="8,32")
     ld.add_argument("--requests", type=int, default=200)
     ld.add_argument("--unique", action="store_true", help="no prompt twice in a run (the default repeats 59)")
+    c = sub.add_parser("chat")
+    c.add_argument("--model", default="smollm2")
+    c.add_argument("--clients", default="8,32")
+    c.add_argument("--requests", type=int, default=96)
+    c.add_argument("--rounds", type=int, default=2, help="each round runs every server once; odd rounds reversed")
     d = sub.add_parser("disconnects")
     d.add_argument("--model", default="smollm2")
     d.add_argument("--requests", type=int, default=1000)
     args = ap.parse_args()
-    result = {"engine": bench_engine, "load": bench_load, "disconnects": bench_disconnects}[args.what](args)
+    result = {"engine": bench_engine, "load": bench_load, "chat": bench_chat,
+              "disconnects": bench_disconnects}[args.what](args)
     OUT.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now().strftime("%Y-%m-%dT%H%M")
     target = OUT / f"{socket.gethostname()}-{stamp}-{args.what}.json"

@@ -9,8 +9,9 @@ Cases (target, drafter, prompt):
 - gemma-draft: Gemma-3-270M Q8_0 drafted by its Q4_K_M;
 - smollm2-ngram: SmolLM2-135M Q8_0 with n-gram lookup, on a prompt whose answer quotes it.
 
-The Q8_0 targets are made from the Q4 files with the pin's `llama-quantize --allow-requantize`
-into ~/.cache/llamaplug/bench-spec (switch to `llamaplug.quantize` once it lands).
+The Q8_0 targets are made from the Q4 files with our own `llamaplug.quantize(..., allow_requantize=True)`
+into ~/.cache/llamaplug/bench-spec (byte-identical to the pin's `llama-quantize --allow-requantize` for Q8_0:
+tests/test_quantize.py).
 
 Each round runs, in alternating order, four generations of `--tokens` greedy tokens: ours without
 and with drafting (one loaded Llama each), llama-completion (native, no draft) and
@@ -54,14 +55,13 @@ def native_bin() -> Path:
 
 
 def q8_copy(bin_dir: Path, source: Path, name: str) -> Path:
-    """A Q8_0 copy of `source` (the pin's llama-quantize; llamaplug.quantize once it lands)."""
+    """A Q8_0 copy of `source`, made by llamaplug.quantize (it writes beside the target and renames)."""
+    import llamaplug as lp
+
     CACHE.mkdir(parents=True, exist_ok=True)
     target = CACHE / name
     if not target.exists():
-        part = target.with_suffix(".part")
-        subprocess.run([str(bin_dir / "llama-quantize"), "--allow-requantize", str(source), str(part), "Q8_0"],
-                       check=True, capture_output=True, env=_env(bin_dir))
-        part.rename(target)
+        lp.quantize(source, target, "Q8_0", allow_requantize=True, quiet=True)
     return target
 
 
