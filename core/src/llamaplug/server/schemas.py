@@ -111,6 +111,8 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "llamaplug"
+    capabilities: list[str] = Field(default_factory=lambda: ["completion"],
+                                    description='"multimodal" too when the model has a projector (images, audio)')
 
 
 class ModelList(BaseModel):

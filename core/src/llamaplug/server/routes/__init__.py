@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from . import admin, chat, completions, embeddings, models
+from . import admin, chat, completions, embeddings, models, page
 
-ROUTERS = [admin.router, models.router, completions.router, chat.router, embeddings.router]
+ROUTERS = [admin.router, models.router, completions.router, chat.router, embeddings.router, page.router]

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 
 from ..deps import models as served_models
 from ..errors import ERROR_RESPONSES
-from ..registry import ModelRegistry
+from ..registry import ModelRegistry, Served
 from ..schemas import ModelCard, ModelList
 
 router = APIRouter()
@@ -16,4 +16,10 @@ router = APIRouter()
 
 @router.get("/v1/models", responses=ERROR_RESPONSES)
 async def models(registry: Annotated[ModelRegistry, Depends(served_models)]) -> ModelList:
-    return ModelList(data=[ModelCard(id=m.id, created=m.created) for m in registry])
+    return ModelList(data=[ModelCard(id=m.id, created=m.created,
+                                          capabilities=_capabilities(m)) for m in registry])
+
+
+def _capabilities(served: Served) -> list[str]:
+    """As llama-server's /models: "multimodal" when a projector is open (the chat page then offers image upload)."""
+    return ["completion", "multimodal"] if served.llama.projector is not None else ["completion"]
