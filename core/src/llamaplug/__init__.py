@@ -26,6 +26,7 @@ from .errors import (
     LoadCancelledError,
     ModelNotFoundError,
     NoBackendError,
+    ReplyValidationError,
     SamplingError,
     StateError,
     TokenizerError,
@@ -61,6 +62,7 @@ from .high.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
 from .high.chat_template import ChatTemplate  # noqa: E402
 from .high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob  # noqa: E402
 from .high.llama import Llama  # noqa: E402
+from .high.tool_schema import function_tool  # noqa: E402
 
 
 def backends() -> list[BackendStatus]:
@@ -81,4 +83,5 @@ __all__ = [
     "ModelNotFoundError", "InvalidModelError", "ContextTooLargeError", "ContextOverflowError", "DecodeError",
     "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError", "LoadCancelledError",
     "InvalidGrammarError", "ChatTemplateError", "TokenizerError", "TokenizerMismatchError", "UnsupportedVocabError",
+    "ReplyValidationError", "function_tool",
 ]
