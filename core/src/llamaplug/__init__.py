@@ -29,6 +29,7 @@ from .errors import (
     ModelNotFoundError,
     NoBackendError,
     QuantizeError,
+    ReplyValidationError,
     SamplingError,
     StateError,
     TokenizerError,
@@ -65,6 +66,7 @@ from .high.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
 from .high.chat_template import ChatTemplate  # noqa: E402
 from .high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob  # noqa: E402
 from .high.llama import Llama  # noqa: E402
+from .high.tool_schema import function_tool  # noqa: E402
 
 
 def backends() -> list[BackendStatus]:
@@ -88,4 +90,5 @@ __all__ = [
     "InvalidParameterError", "InvalidTokenError", "ClosedError", "StateError", "SamplingError", "LoadCancelledError",
     "QuantizeError", "HubError",
     "InvalidGrammarError", "ChatTemplateError", "TokenizerError", "TokenizerMismatchError", "UnsupportedVocabError",
+    "ReplyValidationError", "function_tool",
 ]

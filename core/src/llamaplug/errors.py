@@ -131,6 +131,14 @@ class InvalidParameterError(LlamaError, ValueError):
         self.field = field
 
 
+class ReplyValidationError(LlamaError, ValueError):
+    """A reply does not validate against the pydantic model given as response_format; `field` names where."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
 class InvalidTokenError(LlamaError, ValueError):
     """A token id is outside the model's vocabulary.
 

@@ -21,6 +21,8 @@ from .engine import Job
 from .events import achunks, astream
 from .llama import Llama
 from .requests import Samplers, chat_job, collect, collect_many, completion_job, completion_jobs
+from .structured import ResponseFormat
+from .tool_schema import ToolSpec
 
 
 class AsyncLlama:
@@ -36,7 +38,7 @@ class AsyncLlama:
     async def create_completion(self, prompt: str | list[int], max_tokens: int | None = 16,
                                 sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
                                 stream: bool = False, logprobs: int | None = None, special: bool = False,
-                                response_format: dict[str, Any] | None = None
+                                response_format: ResponseFormat | None = None
                                 ) -> Completion | AsyncIterator[CompletionChunk]:
         """As Llama.create_completion; with stream=True, an async iterator of chunks."""
         job = completion_job(self.llama, prompt, max_tokens, sampler, stop, logprobs, special, response_format)
@@ -47,15 +49,15 @@ class AsyncLlama:
     async def create_completions(self, prompts: Sequence[str | list[int]], max_tokens: int | None = 16,
                                  sampler: Samplers = None, stop: str | list[str] | None = None,
                                  logprobs: int | None = None, special: bool = False,
-                                 response_format: dict[str, Any] | None = None) -> list[Completion]:
+                                 response_format: ResponseFormat | None = None) -> list[Completion]:
         jobs = completion_jobs(self.llama, prompts, max_tokens, sampler, stop, logprobs, special, response_format)
         return collect_many([event async for event in astream(self.llama.engine, jobs)], jobs)
 
     async def create_chat_completion(self, messages: list[dict[str, Any]], max_tokens: int | None = None,
                                      sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
-                                     stream: bool = False, tools: list[dict[str, Any]] | None = None,
+                                     stream: bool = False, tools: list[ToolSpec] | None = None,
                                      tool_choice: str | dict[str, Any] | None = None,
-                                     response_format: dict[str, Any] | None = None, chat_template: str | None = None
+                                     response_format: ResponseFormat | None = None, chat_template: str | None = None
                                      ) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
         """As Llama.create_chat_completion; with stream=True, an async iterator of OpenAI chunks."""
         llama = self.llama
@@ -64,7 +66,8 @@ class AsyncLlama:
         name = llama.params.model_path.name
         if stream:
             return self._chat_chunks(job, ChatStream(name, kind))
-        return as_chat(collect([c async for c in achunks(llama.engine, job)], job.prompt), name, kind)
+        return as_chat(collect([c async for c in achunks(llama.engine, job)], job.prompt), name, kind,
+                       response_format)
 
     async def _chat_chunks(self, job: Job, stream: ChatStream) -> AsyncIterator[ChatCompletionChunk]:
         yield stream.first()

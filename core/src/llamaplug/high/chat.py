@@ -11,12 +11,13 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .. import plugins
 from ..errors import InvalidParameterError
 from .chat_template import ChatTemplate
 from .completion import Completion, CompletionChunk, StopReason
+from .structured import model_class, parse_reply
 from .tool_calls import FunctionCall, ToolCall, parse
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ class ChatMessage(BaseModel):
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[ToolCall] | None = None
+    # The reply as the pydantic model given as response_format (Python only: not in the JSON).
+    parsed: Any = Field(None, exclude=True)
 
 
 class Choice(BaseModel):
@@ -138,17 +141,22 @@ def split_reasoning(text: str) -> tuple[str, str | None]:
     return text, None
 
 
-def as_chat(completion: Completion, model: str, tool_kind: str | None = None) -> ChatCompletion:
+def as_chat(completion: Completion, model: str, tool_kind: str | None = None,
+            response_format: Any = None) -> ChatCompletion:
+    """The ChatCompletion of a finished reply; with a pydantic model as `response_format`, message.parsed is one."""
     content, reasoning = split_reasoning(completion.text)
     calls: list[ToolCall] = []
     if tool_kind is not None:
         content, calls = parse(content or "", tool_kind)
     n_prompt, n_out = completion.timings.prompt_tokens, len(completion.tokens)  # media positions included
-    message = ChatMessage(role="assistant", content=content, reasoning_content=reasoning, tool_calls=calls or None)
+    finish: FinishReason = "tool_calls" if calls else _finish(completion.stop_reason)
+    cls = model_class(response_format)
+    parsed = parse_reply(cls, content, finish) if cls is not None and not calls else None
+    message = ChatMessage(role="assistant", content=content, reasoning_content=reasoning, tool_calls=calls or None,
+                          parsed=parsed)
     return ChatCompletion(
         id=f"chatcmpl-{uuid.uuid4().hex[:24]}", created=int(time.time()), model=model,
-        choices=[Choice(index=0, message=message,
-                        finish_reason="tool_calls" if calls else _finish(completion.stop_reason))],
+        choices=[Choice(index=0, message=message, finish_reason=finish)],
         usage=Usage(prompt_tokens=n_prompt, completion_tokens=n_out, total_tokens=n_prompt + n_out))
 
 
@@ -164,13 +172,18 @@ def as_chunks(chunks: Iterator[CompletionChunk], model: str, tool_kind: str | No
 class ChatStream:
     """Completion chunks in, OpenAI chat chunks out: the same for threads and asyncio.
 
-    With tools the reply is held until it ends (a call is known only once complete).
+    With tools, text that is surely content streams as it comes; text that may be a call
+    is held, and each call goes out as one delta (id, name, arguments) once it is
+    complete (in the hermes format each as its </tool_call> arrives, else at the end).
+    The reply's end is parsed as as_chat parses it, so the deltas join to its message.
     """
 
     def __init__(self, model: str, tool_kind: str | None = None):
         self.ident, self.created, self.model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), model
         self.tool_kind = tool_kind
-        self._held: list[CompletionChunk] = []
+        self._text = ""  # the reply so far (with tools)
+        self._sent = ""  # the content sent so far (with tools)
+        self._calls: list[ToolCall] = []  # the calls sent so far
 
     def chunk(self, delta: Delta, finish: FinishReason | None = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=self.ident, created=self.created, model=self.model,
@@ -180,25 +193,73 @@ class ChatStream:
         return self.chunk(Delta(role="assistant", content=""))
 
     def feed(self, piece: CompletionChunk) -> list[ChatCompletionChunk]:
-        pieces = [piece]
-        if self.tool_kind is not None:
-            self._held.append(piece)
-            if piece.stop_reason is None:
-                return []
-            pieces, self._held = self._held, []
-            content, calls = parse("".join(p.text for p in pieces), self.tool_kind)
-            if calls:
-                out = [self.chunk(Delta(content=content))] if content else []
-                out.append(self.chunk(Delta(tool_calls=[DeltaToolCall(index=i, id=c.id, function=c.function)
-                                                        for i, c in enumerate(calls)])))
-                return out + [self.chunk(Delta(), "tool_calls")]
+        if self.tool_kind is None:
+            out = [self.chunk(Delta(content=piece.text))] if piece.text else []
+            if piece.stop_reason is not None:
+                out.append(self.chunk(Delta(), _finish(piece.stop_reason)))
+            return out
+        self._text += piece.text
+        if piece.stop_reason is None:
+            return self._progress(self.tool_kind)
+        return self._end(self.tool_kind, piece.stop_reason)
+
+    def _progress(self, kind: str) -> list[ChatCompletionChunk]:
         out = []
-        for p in pieces:
-            if p.text:
-                out.append(self.chunk(Delta(content=p.text)))
-            if p.stop_reason is not None:
-                out.append(self.chunk(Delta(), _finish(p.stop_reason)))
+        live = sure_content(self._text, kind)
+        if len(live) > len(self._sent) and live.startswith(self._sent):
+            out.append(self.chunk(Delta(content=live[len(self._sent):])))
+            self._sent = live
+        closed = self._text.rfind(_HERMES_END) if kind == "hermes" else -1
+        if closed >= 0:
+            out += self._new_calls(parse(self._text[:closed + len(_HERMES_END)], kind)[1])
         return out
+
+    def _end(self, kind: str, reason: StopReason) -> list[ChatCompletionChunk]:
+        content, calls = parse(self._text, kind)
+        content = content or ""
+        if not content.startswith(self._sent):
+            content = content.lstrip()  # what was sent skipped the leading whitespace (sure_content)
+        out = []
+        if content.startswith(self._sent) and len(content) > len(self._sent):
+            out.append(self.chunk(Delta(content=content[len(self._sent):])))
+        out += self._new_calls(calls)
+        return out + [self.chunk(Delta(), "tool_calls" if self._calls else _finish(reason))]
+
+    def _new_calls(self, calls: list[ToolCall]) -> list[ChatCompletionChunk]:
+        new = calls[len(self._calls):]
+        if not new:
+            return []
+        start = len(self._calls)
+        self._calls += new
+        return [self.chunk(Delta(tool_calls=[DeltaToolCall(index=start + i, id=c.id, function=c.function)
+                                             for i, c in enumerate(new)]))]
+
+
+_HERMES_END = "</tool_call>"
+_MARKERS = {"hermes": "<tool_call>", "mistral": "[TOOL_CALLS]"}
+_PYTHON_TAG = "<|python_tag|>"
+
+
+def sure_content(text: str, kind: str) -> str:
+    """The start of a reply in progress that is content whatever follows, stripped (tool_calls.parse strips it).
+
+    Before a call marker (hermes, mistral), minus a tail that may be a marker's start; for
+    the one-object formats, nothing once the reply may be an object (it starts with { or <|python_tag|>).
+    """
+    marker = _MARKERS.get(kind)
+    if marker is None:
+        head = text.lstrip()
+        if head.startswith(("{", _PYTHON_TAG)) or _PYTHON_TAG.startswith(head):
+            return ""
+        return text.strip()
+    cut = text.find(marker)
+    if cut >= 0:
+        return text[:cut].strip()
+    for k in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:k]):
+            text = text[:-k]
+            break
+    return text.strip()
 
 
 def render(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,

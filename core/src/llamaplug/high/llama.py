@@ -29,6 +29,8 @@ from .infill import check_text, infill_tokens
 from .requests import Samplers, chat_job, collect, collect_many, completion_job, completion_jobs, samplers_for
 from .requests import response_grammar as response_grammar  # its home was here
 from .speculative import Drafter, ModelDrafter, NgramDrafter, check_vocab
+from .structured import ResponseFormat
+from .tool_schema import ToolSpec
 
 
 class Llama:
@@ -171,7 +173,7 @@ class Llama:
         stream: bool = False,
         logprobs: int | None = None,
         special: bool = False,
-        response_format: dict[str, Any] | None = None,
+        response_format: ResponseFormat | None = None,
     ) -> Completion | Iterator[CompletionChunk]:
         """Complete `prompt` (text, or token ids).
 
@@ -197,7 +199,7 @@ class Llama:
         stream: bool = False,
         logprobs: int | None = None,
         special: bool = False,
-        response_format: dict[str, Any] | None = None,
+        response_format: ResponseFormat | None = None,
     ) -> list[Completion] | Iterator[tuple[int, CompletionChunk]]:
         """Complete every prompt, n_seq_max at a time in shared batches; results in the prompts' order.
 
@@ -246,9 +248,9 @@ class Llama:
         sampler: LlamaSampler | None = None,
         stop: str | list[str] | None = None,
         stream: bool = False,
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[ToolSpec] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
-        response_format: dict[str, Any] | None = None,
+        response_format: ResponseFormat | None = None,
         chat_template: str | None = None,
     ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
         """Reply to `messages` (OpenAI's shape) through the model's own chat template.
@@ -257,14 +259,19 @@ class Llama:
         chat_template.builtin_names()); a GGUF without one uses llama.cpp's chatml.
         `tools` go to the template and calls in the reply come back as
         message.tool_calls (formats: tool_calls.py); tool_choice "required" or a named
-        function is enforced by a grammar. max_tokens=None generates until the end of the turn.
+        function is enforced by a grammar. A tool may be a Python function: its JSON schema
+        comes from its signature and docstring (tool_schema.function_tool). Streamed, calls come
+        as delta.tool_calls (see chat.ChatStream). `response_format` may be a pydantic model:
+        the reply is constrained to its JSON schema and message.parsed is the validated object
+        (ReplyValidationError names the field that does not fit; not when streamed).
+        max_tokens=None generates until the end of the turn.
         """
         job, kind = chat_job(self, messages, max_tokens, sampler, stop, tools, tool_choice, response_format,
                              chat_template)
         name = self.params.model_path.name
         if stream:
             return as_chunks(events.chunks(self._engine, job), name, kind)
-        return as_chat(collect(events.chunks(self._engine, job), job.prompt), name, kind)
+        return as_chat(collect(events.chunks(self._engine, job), job.prompt), name, kind, response_format)
 
     def create_chat_completions(
         self,
@@ -272,9 +279,9 @@ class Llama:
         max_tokens: int | None = None,
         sampler: Samplers = None,
         stop: str | list[str] | None = None,
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[ToolSpec] | None = None,
         tool_choice: str | dict[str, Any] | None = None,
-        response_format: dict[str, Any] | None = None,
+        response_format: ResponseFormat | None = None,
         chat_template: str | None = None,
     ) -> list[ChatCompletion]:
         """Reply to every conversation in shared batches (see create_completions); replies in their order."""
@@ -288,7 +295,7 @@ class Llama:
             kinds.append(kind)
         name = self.params.model_path.name
         done = collect_many(events.stream(self._engine, jobs), jobs)
-        return [as_chat(completion, name, kind) for completion, kind in zip(done, kinds)]
+        return [as_chat(completion, name, kind, response_format) for completion, kind in zip(done, kinds)]
 
 
 def _open_projector(params: LlamaParams, model: LlamaModel) -> Projector | None:

@@ -24,8 +24,10 @@ from ..plugin_api import MediaPrompt
 from .chat import check_messages, render, render_prompt
 from .completion import Completion, CompletionChunk, TokenLogprob
 from .engine import Job
+from .structured import ResponseFormat, as_response_format
 from .tool_calls import check_tools, grammar_for
 from .tool_calls import family as tool_family
+from .tool_schema import ToolSpec
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -36,7 +38,7 @@ Samplers = LlamaSampler | SamplerParams | Callable[[], LlamaSampler] | Sequence[
 
 def completion_job(llama: Llama, prompt: str | list[int], max_tokens: int | None = 16,
                    sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
-                   logprobs: int | None = None, special: bool = False, response_format: dict[str, Any] | None = None,
+                   logprobs: int | None = None, special: bool = False, response_format: ResponseFormat | None = None,
                    own_sampler: bool = False) -> Job:
     """A checked completion of `prompt` (text, token ids, or a multimodal plugin's chunks); see Llama.create_completion.
 
@@ -85,7 +87,7 @@ def completion_job(llama: Llama, prompt: str | list[int], max_tokens: int | None
 
 def completion_jobs(llama: Llama, prompts: Sequence[str | list[int]], max_tokens: int | None = 16,
                     sampler: Samplers = None, stop: str | list[str] | None = None, logprobs: int | None = None,
-                    special: bool = False, response_format: dict[str, Any] | None = None) -> list[Job]:
+                    special: bool = False, response_format: ResponseFormat | None = None) -> list[Job]:
     """One checked job per prompt, each with its own sampler (see samplers_for)."""
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
         raise InvalidParameterError("prompts must be a list of prompts (text or token ids)", field="prompts")
@@ -95,8 +97,8 @@ def completion_jobs(llama: Llama, prompts: Sequence[str | list[int]], max_tokens
 
 def chat_job(llama: Llama, messages: list[dict[str, Any]], max_tokens: int | None = None,
              sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
-             tools: list[dict[str, Any]] | None = None, tool_choice: str | dict[str, Any] | None = None,
-             response_format: dict[str, Any] | None = None, chat_template: str | None = None,
+             tools: list[ToolSpec] | None = None, tool_choice: str | dict[str, Any] | None = None,
+             response_format: ResponseFormat | None = None, chat_template: str | None = None,
              own_sampler: bool = False) -> tuple[Job, str | None]:
     """A checked reply to `messages` (see Llama.create_chat_completion), and the tool-call family to parse it with.
 
@@ -157,8 +159,9 @@ def collect_many(events: Iterable[tuple[int, CompletionChunk]], jobs: Sequence[J
     return [collect(chunks, job.prompt) for chunks, job in zip(streams, jobs)]
 
 
-def response_grammar(response_format: dict[str, Any] | None) -> Grammar | None:
-    """The grammar an OpenAI-shaped response_format asks for (None: free text)."""
+def response_grammar(response_format: ResponseFormat | None) -> Grammar | None:
+    """The grammar an OpenAI-shaped response_format (or a pydantic model) asks for (None: free text)."""
+    response_format = as_response_format(response_format)
     if response_format is None:
         return None
     if not isinstance(response_format, dict) or "type" not in response_format:
@@ -181,8 +184,8 @@ def response_grammar(response_format: dict[str, Any] | None) -> Grammar | None:
 
 
 def _chat_prompt(llama: Llama, messages: list[dict[str, Any]], sampler: LlamaSampler | None,
-                 tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, Any] | None,
-                 response_format: dict[str, Any] | None, chat_template: str | None
+                 tools: list[ToolSpec] | None, tool_choice: str | dict[str, Any] | None,
+                 response_format: ResponseFormat | None, chat_template: str | None
                  ) -> tuple[Any, LlamaSampler | None, str | None]:
     """The rendered prompt, the sampler (constrained for a forced tool call) and the tool-call family."""
     if tool_choice not in (None, "auto", "none", "required") and not isinstance(tool_choice, dict):

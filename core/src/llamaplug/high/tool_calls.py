@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from ..errors import InvalidParameterError
 from .chat_template import ChatTemplate
+from .tool_schema import as_tools
 
 
 class FunctionCall(BaseModel):
@@ -49,8 +50,10 @@ def family(template: ChatTemplate) -> str:
 
 
 def check_tools(tools: Any) -> list[dict[str, Any]]:
+    """The tools as OpenAI's dicts, each checked; a Python function is made one (tool_schema.function_tool)."""
     if not isinstance(tools, list) or not tools:
         raise InvalidParameterError("tools must be a non-empty list", field="tools")
+    tools = as_tools(tools)
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict) \

@@ -65,8 +65,10 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     return app
 
 
-# What answers without the API key (llama-server's public endpoints).
-PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
+# What answers without the API key: llama-server's public endpoints, and the chat page's own files (the
+# page asks for the key and sends it with its API calls; a browser cannot send it for the page itself).
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})
+PUBLIC_PREFIX = "/static/"
 
 
 def _guard(api_key: str | None, metrics: Metrics
@@ -78,7 +80,8 @@ def _guard(api_key: str | None, metrics: Metrics
 
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         metrics.http_requests += 1
-        if api_key is not None and request.url.path not in PUBLIC_PATHS:
+        path = request.url.path
+        if api_key is not None and path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIX):
             given = request.headers.get("authorization", "").removeprefix("Bearer ")
             if not (secrets.compare_digest(given.encode(), api_key.encode()) or _x_api_key_matches(request, api_key)):
                 metrics.http_errors += 1

@@ -165,6 +165,14 @@ class ModelRegistry:
         e = self._entry(name)
         return e.id, e.state, e.created, e.aliases
 
+    def multimodal(self, name: str) -> bool:
+        """Whether the model named `name` takes images or audio: its projector is open, or (not loaded) its
+        spec names one."""
+        e = self._entry(name)
+        if e.served is not None:
+            return e.served.llama.projector is not None
+        return e.spec is not None and e.spec.params.mmproj_path is not None
+
     def engines(self) -> list[tuple[str, Engine]]:
         """(id, engine) of each loaded model (for /metrics)."""
         return [(e.id, e.served.llama.engine) for e in self._entries.values() if e.served is not None]

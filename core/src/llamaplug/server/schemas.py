@@ -122,6 +122,9 @@ class ModelCard(BaseModel):
     aliases: list[str] = Field(default_factory=list)
     status: ModelStatus | None = Field(None, description="as llama-server's router: loaded, loading, unloaded or "
                                                          "sleeping (loads on the next request)")
+    capabilities: list[str] = Field(default_factory=lambda: ["completion"],
+                                    description='as llama-server\'s /models: "multimodal" too when the model has a '
+                                                'projector (images, audio)')
 
 
 class ModelAction(BaseModel):

@@ -12,6 +12,7 @@ from . import (
                messages,
                models,
                native,
+               page,
                props,
                rerank,
                responses,
@@ -23,4 +24,5 @@ ROUTERS = [admin.router, models.router, lifecycle.router, completions.router, ch
            # the other two client APIs, translated onto the chat path (each in its own error shape)
            messages.router, responses.router,
            # llama-server's own API (errors in its shape: errors.NATIVE_PATHS)
-           native.router, infill.router, tokens.router, templates.router, props.router, rerank.router]
+           native.router, infill.router, tokens.router, templates.router, props.router, rerank.router,
+           page.router]

@@ -30,4 +30,6 @@ router.add_api_route("/models", models, methods=["GET"], responses=ERROR_RESPONS
 
 def card(registry: ModelRegistry, name: str) -> ModelCard:
     ident, state, created, aliases = registry.describe(name)
-    return ModelCard(id=ident, created=created, aliases=list(aliases), status=ModelStatus(value=state.value))
+    capabilities = ["completion", "multimodal"] if registry.multimodal(name) else ["completion"]
+    return ModelCard(id=ident, created=created, aliases=list(aliases), status=ModelStatus(value=state.value),
+                     capabilities=capabilities)
