@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,13 @@ def test_wheel_tags_say_what_the_wheels_hold(dist):
     assert names["llamaplug"].endswith("-cp310-abi3-linux_x86_64.whl"), names
     # The plugin holds ggml modules loaded by path and no Python extension at all.
     assert names["llamaplug_backend_cpu"].endswith("-py3-none-linux_x86_64.whl"), names
+
+
+def test_the_core_wheel_carries_the_chat_page(dist):
+    core = next(dist.glob("llamaplug-*.whl"))
+    names = set(zipfile.ZipFile(core).namelist())
+    for page_file in ("index.html", "chat.js", "chat.css"):
+        assert f"llamaplug/server/static/{page_file}" in names, page_file
 
 
 def test_core_and_cpu_install_from_the_folder_alone_and_generate(dist, tmp_path, smollm2_path, llama):
