@@ -188,8 +188,8 @@ def stop(proc: subprocess.Popen) -> None:
 PROMPTS = [f"Count from {i} to {i + 100}, separated by commas: {i}," for i in range(1, 60)]
 
 
-async def drive(port: int, clients: int, requests: int, max_tokens: int = 32, drop: bool = False,
-                prompts: list[str] = PROMPTS) -> dict[str, Any]:
+async def _client(port: int, requests: int) -> tuple[Any, str, asyncio.Queue[int]]:
+    """An openai.AsyncOpenAI on the server at `port`, its (first) model, and a queue of request numbers."""
     import openai
 
     client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0,
@@ -198,6 +198,12 @@ async def drive(port: int, clients: int, requests: int, max_tokens: int = 32, dr
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(requests):
         queue.put_nowait(i)
+    return client, model, queue
+
+
+async def drive(port: int, clients: int, requests: int, max_tokens: int = 32, drop: bool = False,
+                prompts: list[str] = PROMPTS) -> dict[str, Any]:
+    client, model, queue = await _client(port, requests)
     texts: list[str] = []
     ttft: list[float] = []
     errors: list[str] = []
@@ -241,14 +247,7 @@ CHAT_PROMPTS = [f"Write a short story about a {animal} who learns to {skill}." f
 
 async def drive_chat(port: int, clients: int, requests: int, max_tokens: int = 64) -> dict[str, Any]:
     """`requests` non-streamed greedy chat requests from `clients` concurrent clients."""
-    import openai
-
-    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0,
-                                timeout=600)
-    model = (await client.models.list()).data[0].id
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(requests):
-        queue.put_nowait(i)
+    client, model, queue = await _client(port, requests)
     tokens, errors = 0, []
 
     async def worker() -> None:
