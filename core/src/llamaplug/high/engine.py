@@ -349,8 +349,7 @@ class Engine:
             if job is None or slot.next is None:
                 continue
             if job.cancelled:
-                slot.draft = []
-                self._finish(slot, StopReason.CANCELLED)
+                self._finish(slot, StopReason.CANCELLED)  # (_release drops the slot's guesses)
                 continue
             batch.add(slot.next, len(slot.tokens), slot.seq, True)
             if slot.draft:
@@ -443,11 +442,15 @@ class Engine:
         self.stats.decode_steps += 1
         self._after_output(slot, -1)
 
+    def _limit(self, job: Job) -> int:
+        """The tokens `job` may generate: its max_tokens, else what its slot has room for."""
+        return job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
+
     def _after_output(self, slot: _Slot, idx: int) -> int | None:
         """Sample the slot's next token from logits row `idx` and hand it to the job; the token (None if none)."""
         job = slot.job
         assert job is not None
-        limit = job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
+        limit = self._limit(job)
         if job.produced >= limit:  # max_tokens=0: the prompt is read, nothing generated
             self._finish(slot, StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL)
             return None
@@ -495,7 +498,7 @@ class Engine:
         for slot in slots:
             job, last = slot.job, slot.next
             assert job is not None and last is not None
-            limit = job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
+            limit = self._limit(job)
             # As llama.cpp: room for the next token and one sampled after the last guess.
             n_max = min(share, self._n_ctx_seq - len(slot.tokens) - 2, limit - job.produced - 1)
             if n_max > 0:
