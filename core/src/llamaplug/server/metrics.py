@@ -66,14 +66,9 @@ class Metrics:
                 mine[name] += getattr(engine.stats, name)
         return out
 
-    def tokens_per_second(self, model: str | None = None) -> float:
-        """Generated tokens per second over about the last `window` seconds (between scrapes), of `model`
-        (None: of every model)."""
-        counters = self._counters()
-        total = sum(c["generated_tokens"] for m, c in counters.items() if model is None or m == model)
-        return self._rate(model, total)
-
     def _rate(self, key: str | None, total: int) -> float:
+        """Tokens per second of `key` (a model, None: all) over about the last `window` seconds (between
+        scrapes), `total` being its generated tokens now."""
         now, samples = time.monotonic(), self._samples[key]
         samples.append((now, total))
         while len(samples) > 2 and now - samples[1][0] >= self._window:
