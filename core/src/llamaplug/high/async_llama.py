@@ -1,7 +1,8 @@
 """AsyncLlama: `await` and `async for` over a Llama's engine, never blocking the event loop.
 
 Requests are built as Llama builds them (requests.py) and run through the asyncio
-loop of the event pump (events.astream). Cancelling the awaiting task, or leaving an
+loop of the event pump (events.astream; events.agather when the result is awaited whole).
+Cancelling the awaiting task, or leaving an
 `async for` early, cancels the request: its slot is free at the engine's next step.
 """
 
@@ -18,7 +19,7 @@ from ..params import LlamaParams
 from .chat import ChatCompletion, ChatCompletionChunk, ChatStream, as_chat
 from .completion import Completion, CompletionChunk
 from .engine import Job
-from .events import achunks, astream
+from .events import achunks, agather, agather_chunks
 from .llama import Llama
 from .requests import Samplers, chat_job, collect, collect_many, completion_job, completion_jobs
 from .structured import ResponseFormat
@@ -44,14 +45,14 @@ class AsyncLlama:
         job = completion_job(self.llama, prompt, max_tokens, sampler, stop, logprobs, special, response_format)
         if stream:
             return achunks(self.llama.engine, job)
-        return collect([c async for c in achunks(self.llama.engine, job)], job.prompt)
+        return collect(await agather_chunks(self.llama.engine, job), job.prompt)
 
     async def create_completions(self, prompts: Sequence[str | list[int]], max_tokens: int | None = 16,
                                  sampler: Samplers = None, stop: str | list[str] | None = None,
                                  logprobs: int | None = None, special: bool = False,
                                  response_format: ResponseFormat | None = None) -> list[Completion]:
         jobs = completion_jobs(self.llama, prompts, max_tokens, sampler, stop, logprobs, special, response_format)
-        return collect_many([event async for event in astream(self.llama.engine, jobs)], jobs)
+        return collect_many(await agather(self.llama.engine, jobs), jobs)
 
     async def create_chat_completion(self, messages: list[dict[str, Any]], max_tokens: int | None = None,
                                      sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
@@ -66,7 +67,7 @@ class AsyncLlama:
         name = llama.params.model_path.name
         if stream:
             return self._chat_chunks(job, ChatStream(name, kind))
-        return as_chat(collect([c async for c in achunks(llama.engine, job)], job.prompt), name, kind,
+        return as_chat(collect(await agather_chunks(llama.engine, job), job.prompt), name, kind,
                        response_format)
 
     async def _chat_chunks(self, job: Job, stream: ChatStream) -> AsyncIterator[ChatCompletionChunk]:

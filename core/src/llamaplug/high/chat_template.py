@@ -46,6 +46,18 @@ def _environment() -> Any:
     return env
 
 
+@functools.lru_cache(maxsize=64)
+def _compile(source: str) -> Any:
+    """The compiled template of `source`, once per source: compiling takes far longer than rendering, and a
+    server renders the same model's template for every chat request (a compiled template renders from any thread)."""
+    import jinja2
+
+    try:
+        return _environment().from_string(source)
+    except jinja2.TemplateError as exc:
+        raise ChatTemplateError(f"the chat template does not compile: {exc}") from None
+
+
 class ChatTemplate:
     """A Jinja chat template (`source`), or a llama.cpp built-in one (`name`)."""
 
@@ -53,14 +65,7 @@ class ChatTemplate:
                  eos_token: str = ""):
         self.source, self.name = source, name
         self.bos_token, self.eos_token = bos_token, eos_token
-        self._compiled: Any = None
-        if source is not None:
-            import jinja2
-
-            try:
-                self._compiled = _environment().from_string(source)
-            except jinja2.TemplateError as exc:
-                raise ChatTemplateError(f"the chat template does not compile: {exc}") from None
+        self._compiled: Any = _compile(source) if source is not None else None
 
     @classmethod
     def builtin(cls, name: str) -> ChatTemplate:

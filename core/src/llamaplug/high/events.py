@@ -5,6 +5,11 @@ The engine hands each job's events to the job's sink, on its worker thread.
 the jobs to the engine, turns an event into (index, chunk) or raises it, and on leaving
 cancels the jobs that have not ended. `stream` (threads: a queue.SimpleQueue) and
 `astream` (asyncio: an asyncio.Queue fed with call_soon_threadsafe) are its two loops.
+
+`gather` and `agather` are for a caller that wants the result, not the stream: the
+events stay on the engine's thread until the jobs have ended, and the caller is woken
+once, not once per token (a wakeup per token kept the event loop of a busy server
+taking CPU from the decode threads beside it).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import queue
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
@@ -85,6 +91,42 @@ async def astream(engine: Engine, jobs: Sequence[Job]) -> AsyncIterator[tuple[in
             yield run.take(await events.get())
 
 
+def gather(engine: Engine, jobs: Sequence[Job]) -> list[tuple[int, CompletionChunk]]:
+    """Submit `jobs`, wait until each has ended, and give every (index, chunk) in the order they came.
+
+    An error event is raised, the first one as soon as it comes (the other jobs are cancelled).
+    """
+    if not jobs:
+        return []
+    ready = threading.Event()
+    box = _Gathered(len(jobs), ready.set)
+    with Submission(engine, jobs, box.put) as run:
+        ready.wait()
+        return [run.take(item) for item in list(box.items)]
+
+
+async def agather(engine: Engine, jobs: Sequence[Job]) -> list[tuple[int, CompletionChunk]]:
+    """As `gather`, never blocking the event loop; cancelling the task cancels the jobs."""
+    if not jobs:
+        return []
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    box = _Gathered(len(jobs), functools.partial(loop.call_soon_threadsafe, _resolve, done))
+    with Submission(engine, jobs, box.put) as run:
+        await done
+        return [run.take(item) for item in list(box.items)]
+
+
+def gather_chunks(engine: Engine, job: Job) -> list[CompletionChunk]:
+    """`gather` of one job: its chunks."""
+    return [chunk for _, chunk in gather(engine, [job])]
+
+
+async def agather_chunks(engine: Engine, job: Job) -> list[CompletionChunk]:
+    """`agather` of one job: its chunks."""
+    return [chunk for _, chunk in await agather(engine, [job])]
+
+
 def chunks(engine: Engine, job: Job) -> Iterator[CompletionChunk]:
     """`stream` of one job: its chunks."""
     for _, chunk in stream(engine, [job]):
@@ -107,3 +149,31 @@ class _Sink:
 
     def __call__(self, event: Event) -> None:
         self.put((self.index, event))
+
+
+class _Gathered:
+    """The events of `n` jobs, kept as they come (on the engine's thread); `ready()` once, when every job has
+    ended or at the first error event."""
+
+    __slots__ = ("items", "left", "ready")
+
+    def __init__(self, n: int, ready: Callable[[], Any]):
+        self.items: list[tuple[int, Event]] = []
+        self.left, self.ready = n, ready
+
+    def put(self, item: tuple[int, Event]) -> None:
+        self.items.append(item)
+        if self.left <= 0:  # ready() was called
+            return
+        event = item[1]
+        if isinstance(event, BaseException):
+            self.left = 0
+        elif event.stop_reason is not None:
+            self.left -= 1
+        if self.left == 0:
+            self.ready()
+
+
+def _resolve(done: asyncio.Future[None]) -> None:
+    if not done.done():  # (a task cancelled meanwhile has cancelled it)
+        done.set_result(None)

@@ -188,7 +188,9 @@ class Llama:
         {...}}}) puts the schema's grammar in front of the sampler chain.
         """
         job = completion_job(self, prompt, max_tokens, sampler, stop, logprobs, special, response_format)
-        return events.chunks(self._engine, job) if stream else collect(events.chunks(self._engine, job), job.prompt)
+        if stream:
+            return events.chunks(self._engine, job)
+        return collect(events.gather_chunks(self._engine, job), job.prompt)
 
     def create_completions(
         self,
@@ -210,7 +212,7 @@ class Llama:
         jobs = completion_jobs(self, prompts, max_tokens, sampler, stop, logprobs, special, response_format)
         if stream:
             return events.stream(self._engine, jobs)
-        return collect_many(events.stream(self._engine, jobs), jobs)
+        return collect_many(events.gather(self._engine, jobs), jobs)
 
     def create_infill(self, prefix: str, suffix: str, max_tokens: int | None = 64, sampler: LlamaSampler | None = None,
                       stop: str | list[str] | None = None, stream: bool = False,
@@ -271,7 +273,7 @@ class Llama:
         name = self.params.model_path.name
         if stream:
             return as_chunks(events.chunks(self._engine, job), name, kind)
-        return as_chat(collect(events.chunks(self._engine, job), job.prompt), name, kind, response_format)
+        return as_chat(collect(events.gather_chunks(self._engine, job), job.prompt), name, kind, response_format)
 
     def create_chat_completions(
         self,
@@ -294,7 +296,7 @@ class Llama:
             jobs.append(job)
             kinds.append(kind)
         name = self.params.model_path.name
-        done = collect_many(events.stream(self._engine, jobs), jobs)
+        done = collect_many(events.gather(self._engine, jobs), jobs)
         return [as_chat(completion, name, kind, response_format) for completion, kind in zip(done, kinds)]
 
 

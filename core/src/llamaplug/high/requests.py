@@ -5,7 +5,7 @@ A caller (Llama's own methods, AsyncLlama, an HTTP route) turns its arguments in
 `Completion` with `collect`:
 
     job = completion_job(llama, "Once upon", max_tokens=32)
-    done = collect(events.chunks(llama.engine, job), job.prompt)
+    done = collect(events.gather_chunks(llama.engine, job), job.prompt)
 
 Every check runs while the job is built, in the caller's thread: a bad argument is
 raised to the caller and never reaches the engine.

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Callable
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi import FastAPI
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..high.llama import Llama
 from . import errors
@@ -52,8 +52,7 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.state.models = registry
     app.state.n_predict = n_predict
     app.state.slot_save_path = slot_save_path
-    app.middleware("http")(_json_bodies)
-    app.middleware("http")(_guard(api_key, metrics))
+    app.add_middleware(_Guard, api_key=api_key, metrics=metrics)
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
@@ -71,45 +70,54 @@ PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})
 PUBLIC_PREFIX = "/static/"
 
 
-def _guard(api_key: str | None, metrics: Metrics
-           ) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
-    """The middleware: the API key on every path but /health (when one is set), and the HTTP counters of /metrics.
+class _Guard:
+    """The middleware: the API key on every path but /health (when one is set), the HTTP counters of /metrics,
+    and POST bodies read as JSON.
 
-    As llama-server, `Authorization: Bearer KEY` or a bare `Authorization: KEY`.
+    As llama-server, `Authorization: Bearer KEY` or a bare `Authorization: KEY`. Plain ASGI rather than
+    Starlette's BaseHTTPMiddleware: that one wraps every request in a task group and a wrapped `receive`,
+    a cost each request paid on the event loop, which shares the CPU with the decode threads.
     """
 
-    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics):
+        self.app, self.api_key, self.metrics = app, api_key, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        metrics, api_key = self.metrics, self.api_key
         metrics.http_requests += 1
-        path = request.url.path
+        path = scope["path"]
+        headers = Headers(scope=scope)
         if api_key is not None and path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIX):
-            given = request.headers.get("authorization", "").removeprefix("Bearer ")
-            if not (secrets.compare_digest(given.encode(), api_key.encode()) or _x_api_key_matches(request, api_key)):
+            given = headers.get("authorization", "").removeprefix("Bearer ")
+            if not (secrets.compare_digest(given.encode(), api_key.encode())
+                    or secrets.compare_digest(headers.get("x-api-key", "").encode(), api_key.encode())):
+                # (Anthropic's clients send the key as x-api-key, not as a bearer token)
                 metrics.http_errors += 1
-                return errors.response(errors.ApiError(
+                await errors.response(errors.ApiError(
                     401, "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)",
-                    "authentication_error", code="invalid_api_key"), request.url.path)
-        response = await call_next(request)
-        if response.status_code >= 400:
-            metrics.http_errors += 1
-        return response
+                    "authentication_error", code="invalid_api_key"), path)(scope, receive, send)
+                return
+        if scope["method"] == "POST":
+            _json_body(scope, headers)
 
-    return guard
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                metrics.http_errors += 1
+            await send(message)
+
+        await self.app(scope, receive, counted)
 
 
-async def _json_bodies(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+def _json_body(scope: Scope, headers: Headers) -> None:
     """A POST body is JSON whatever its Content-Type says, as llama-server reads it: `curl -d` sends
     application/x-www-form-urlencoded, and scripts written for llama-server rely on that working."""
-    if request.method == "POST":
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if kind in ("", "application/x-www-form-urlencoded", "text/plain"):
-            request.scope["headers"] = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
-            request.scope["headers"].append((b"content-type", b"application/json"))
-    return await call_next(request)
-
-
-def _x_api_key_matches(request: Request, api_key: str) -> bool:
-    """Anthropic's clients send the key as `x-api-key`, not as a bearer token."""
-    return secrets.compare_digest(request.headers.get("x-api-key", "").encode(), api_key.encode())
+    kind = headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind in ("", "application/x-www-form-urlencoded", "text/plain"):
+        scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+        scope["headers"].append((b"content-type", b"application/json"))
 
 
 def _version() -> str:

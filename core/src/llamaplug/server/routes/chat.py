@@ -9,13 +9,13 @@ from fastapi import APIRouter, Depends, Request
 
 from ...high.chat import ChatCompletion, ChatStream, as_chat
 from ...high.engine import Job
-from ...high.events import achunks
+from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
 from ..deps import served_model, token_limit
 from ..errors import ERROR_RESPONSES
 from ..registry import Served
 from ..schemas import ChatRequest
-from ..streaming import gathered, sse, unless_gone
+from ..streaming import sse, unless_gone
 
 router = APIRouter()
 
@@ -31,7 +31,7 @@ async def chat(body: ChatRequest, request: Request,
                          body.response_format, served.chat_template, own_sampler=True)
     if body.stream:
         return sse(_events(served, job, ChatStream(served.id, kind)))
-    pieces = await unless_gone(request, gathered(achunks(llama.engine, job)))
+    pieces = await unless_gone(request, agather_chunks(llama.engine, job))
     return as_chat(collect(pieces, job.prompt), served.id, kind)
 
 

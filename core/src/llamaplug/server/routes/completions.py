@@ -12,13 +12,13 @@ from fastapi import APIRouter, Depends, Request
 from ...high.chat import Usage
 from ...high.completion import Completion, CompletionChunk, StopReason
 from ...high.engine import Job
-from ...high.events import astream
+from ...high.events import agather, astream
 from ...high.requests import collect_many, completion_jobs
 from ..deps import served_model, token_limit
 from ..errors import ERROR_RESPONSES, ApiError
 from ..registry import Served
 from ..schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, TextCompletion
-from ..streaming import gathered, sse, unless_gone
+from ..streaming import sse, unless_gone
 
 router = APIRouter()
 
@@ -33,7 +33,7 @@ async def completions(body: CompletionRequest, request: Request,
     ident = f"cmpl-{uuid.uuid4().hex[:24]}"
     if body.stream:
         return sse(_events(served, jobs, ident))
-    done = collect_many(await unless_gone(request, gathered(astream(llama.engine, jobs))), jobs)
+    done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
     return TextCompletion(
         id=ident, created=int(time.time()), model=served.id,
         choices=[CompletionChoice(index=i, text=c.text, finish_reason=_finish(c),

@@ -24,7 +24,7 @@ from ...errors import LlamaError
 from ...high.chat import ChatStream, as_chat
 from ...high.completion import CompletionChunk, CompletionTimings, StopReason
 from ...high.engine import Job
-from ...high.events import achunks
+from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
 from ..anthropic_schemas import (
     ErrorBody,
@@ -44,7 +44,7 @@ from ..errors import ApiError, as_api_error
 from ..registry import Served
 from ..route_errors import TranslatedRoute
 from ..schemas import ChatRequest
-from ..streaming import gathered, named_sse, unless_gone
+from ..streaming import named_sse, unless_gone
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -78,7 +78,7 @@ async def messages(body: MessagesRequest, request: Request,
     ident = f"msg_{uuid.uuid4().hex[:24]}"
     if body.stream:
         return named_sse(_events(served, job, kind, ident), _stream_error)
-    done = collect(await unless_gone(request, gathered(achunks(llama.engine, job))), job.prompt)
+    done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
     chat_reply = as_chat(done, served.id, kind).choices[0]
     reason, sequence = _stop(chat_reply.finish_reason, done.stop_reason,
                              lambda: _matched_stop(served, done.text, done.tokens, job.stops))

@@ -21,14 +21,14 @@ from fastapi.responses import StreamingResponse
 from ...errors import LlamaError
 from ...high.completion import Completion, CompletionChunk, CompletionTimings, StopReason
 from ...high.engine import Job
-from ...high.events import astream
+from ...high.events import agather, astream
 from ...high.requests import collect_many, completion_jobs
 from ...params import SamplerParams
 from ..deps import served_model
 from ..errors import ERROR_RESPONSES, ApiError, as_api_error
 from ..native_schemas import NativeCompletionRequest
 from ..registry import Served
-from ..streaming import gathered, unless_gone
+from ..streaming import unless_gone
 
 router = APIRouter()
 
@@ -60,7 +60,7 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     if body.stream:
         return StreamingResponse(_events(served, jobs, texts, settings), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    done = collect_many(await unless_gone(request, gathered(astream(llama.engine, jobs))), jobs)
+    done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
     results = [result(served, i, c, texts[i], settings, body.stop or [], body.return_tokens)
                for i, c in enumerate(done)]
     return results[0] if len(results) == 1 else results

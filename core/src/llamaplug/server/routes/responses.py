@@ -22,7 +22,7 @@ from fastapi import APIRouter, Depends, Request
 from ...errors import LlamaError
 from ...high.chat import ChatStream, as_chat
 from ...high.engine import Job
-from ...high.events import achunks
+from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
 from ...high.tool_calls import ToolCall
 from ..deps import served_model, token_limit
@@ -43,7 +43,7 @@ from ..responses_schemas import (
 )
 from ..route_errors import TranslatedRoute
 from ..schemas import ChatRequest
-from ..streaming import gathered, named_sse, unless_gone
+from ..streaming import named_sse, unless_gone
 
 router = APIRouter(route_class=TranslatedRoute)
 
@@ -62,7 +62,7 @@ async def responses(body: ResponsesRequest, request: Request,
     reply = _Reply(served, body)
     if body.stream:
         return named_sse(_events(served, reply, job, kind), reply.error)
-    done = collect(await unless_gone(request, gathered(achunks(llama.engine, job))), job.prompt)
+    done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
     choice = as_chat(done, served.id, kind).choices[0]
     incomplete = choice.finish_reason == "length"
     items: list[OutputMessage | FunctionCallOut] = []
