@@ -251,3 +251,75 @@ def test_a_sliding_window_model_rereads_a_prefix_whose_window_is_gone(gemma_path
             second = fresh.create_completion(fork[1], max_tokens=4)
             assert second.timings.cached_tokens == 1700
             assert [(o.text, o.tokens) for o in outs] == [(first.text, first.tokens), (second.text, second.tokens)]
+
+
+def test_a_whole_result_wakes_its_caller_once_and_equals_the_stream(batched, references):
+    """gather/agather keep the chunks on the engine's thread until the job ends: the caller's loop runs one
+    callback for the whole job (not one per token), and the chunks are the ones the stream gives."""
+    import asyncio
+
+    from llamaplug.high.events import agather_chunks, chunks
+    from llamaplug.high.requests import completion_job
+
+    async def run() -> tuple[list[lp.CompletionChunk], int]:
+        loop = asyncio.get_running_loop()
+        woken = 0
+        post = loop.call_soon_threadsafe
+
+        def counted(*args):
+            nonlocal woken
+            woken += 1
+            return post(*args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        try:
+            got = await agather_chunks(batched.engine, completion_job(batched, PROMPTS[0], 24))
+        finally:
+            del loop.call_soon_threadsafe
+        return got, woken
+
+    whole, woken = asyncio.run(run())
+    streamed = list(chunks(batched.engine, completion_job(batched, PROMPTS[0], 24)))
+    assert woken == 1
+    assert [(c.text, c.tokens) for c in whole] == [(c.text, c.tokens) for c in streamed]
+    assert "".join(c.text for c in whole) == references[0].text and whole[-1].stop_reason is not None
+
+
+def test_cancelling_an_awaited_whole_result_frees_its_slots_and_an_error_comes_at_once(batched):
+    import asyncio
+
+    from llamaplug.high.events import agather
+    from llamaplug.high.requests import completion_jobs
+
+    async def abandon() -> None:
+        task = asyncio.ensure_future(agather(batched.engine, completion_jobs(batched, ["Once upon a time"] * 3,
+                                                                             3000)))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(abandon())
+    deadline = time.monotonic() + 10
+    while batched.engine.stats.busy_slots and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert batched.engine.stats.busy_slots == 0
+
+    class Boom:
+        def apply(self, candidates):
+            raise KeyError("from the sampler")
+
+    class Count:
+        n = 0
+
+        def apply(self, candidates):
+            Count.n += 1
+
+    # One job fails at its first token while the other would run to its slot's end: the error is raised at
+    # once (the other job is cancelled then), not after every job has ended.
+    never_end = {t: float("-inf") for t in range(batched.model.n_vocab) if batched.model.token_is_eog(t)}
+    with pytest.raises(KeyError, match="from the sampler"):
+        batched.create_completions(["Hi", "Hello"], max_tokens=400, sampler=[
+            lp.SamplerChain().add(Boom()).greedy(), lp.SamplerChain().logit_bias(never_end).add(Count()).greedy()])
+    assert Count.n < 50
+    assert batched.create_completions([], 4) == []
