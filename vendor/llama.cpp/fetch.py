@@ -123,6 +123,26 @@ def tree_dir(pin: dict[str, str]) -> Path:
     return cache_root() / (f"llama.cpp-{pin['commit']}" + (f"-p{suffix}" if suffix else ""))
 
 
+def extract(tar: tarfile.TarFile, dest: Path, members: list[tarfile.TarInfo]) -> None:
+    """`members` into `dest`, refusing any that would land outside it (tarfile's "data" filter).
+
+    Pythons before 3.11.4 / 3.10.12 (Debian 12's 3.11.2) have no `filter` argument: the same rules are
+    checked here instead, so the build works with the system Python the install page allows.
+    """
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, members=members, filter="data")
+        return
+    root = dest.resolve()
+    for member in members:
+        target = (root / member.name).resolve()
+        link = (target.parent / member.linkname).resolve() if member.issym() else (
+            (root / member.linkname).resolve() if member.islnk() else target)
+        if (Path(member.name).is_absolute() or not target.is_relative_to(root) or not link.is_relative_to(root)
+                or not (member.isfile() or member.isdir() or member.issym() or member.islnk())):
+            raise FetchError(f"the sdist's member {member.name!r} would land outside the tree (or is not a file)")
+    tar.extractall(dest, members=members)
+
+
 def materialise() -> Path:
     override = os.environ.get("LLAMAPLUG_LLAMA_CPP_DIR")
     if override:
@@ -142,7 +162,7 @@ def materialise() -> Path:
             raise FetchError(f"{sdist.name} has no {prefix}")
         for member in members:
             member.name = member.name[len(prefix):]
-        tar.extractall(tmp, members=[m for m in members if m.name], filter="data")
+        extract(tar, Path(tmp), [m for m in members if m.name])
         staged = Path(tmp)
         (staged / ".git").unlink(missing_ok=True)  # a gitlink into the sdist's own .git
         check_tree(staged)
