@@ -31,7 +31,10 @@ sysdeps:
 test-sysdeps:
 	scripts/sysdeps.sh chromium
 
+# The pinned llama.cpp tree first, once: a download or checksum problem is one clear line, not one
+# traceback per package pip builds.
 build: sysdeps $(BIN)/tox
+	$(BIN)/python vendor/llama.cpp/fetch.py >/dev/null
 	$(PIP_INSTALL) ./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan ./plugins/tokenizer_hf
 	$(PIP_INSTALL) ./plugins/mtmd  # after the core: it links the installed core's libllama/ggml
 
