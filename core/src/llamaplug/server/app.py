@@ -14,7 +14,9 @@ registry that loads and unloads models (registry.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from starlette.datastructures import Headers
@@ -47,7 +49,13 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     the other arguments as create_app's."""
     metrics = Metrics(registry.engines)
     registry.on_unload(metrics.retire)
-    app = FastAPI(title="llamaplug", summary="OpenAI-compatible API over llama.cpp", version=_version())
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(registry.close)
+
+    app = FastAPI(title="llamaplug", summary="OpenAI-compatible API over llama.cpp", version=_version(),
+                  lifespan=lifespan)
     app.state.metrics = metrics
     app.state.models = registry
     app.state.n_predict = n_predict
@@ -56,10 +64,6 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
-
-    @app.on_event("shutdown")
-    async def close() -> None:
-        await asyncio.to_thread(registry.close)
 
     return app
 
