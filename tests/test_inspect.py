@@ -266,3 +266,15 @@ def test_fuzzed_files_are_read_or_refused(tmp_path, smollm2_path):
             assert got.n_parameters == sum(math.prod(t.shape) for t in got.tensors)
         path.unlink()
     assert outcomes["read"] and outcomes["refused"], outcomes
+
+
+def test_the_quantization_is_named(capsys, model, reader):
+    """gguf-py's LlamaFileType names the file type the CLI shows by llama.cpp's name (Q4_1, Q4_K - Medium)."""
+    _, out, _ = cli(capsys, model)
+    number = int(reader.fields["general.file_type"].contents())
+    expected = gguf.LlamaFileType(number).name.removeprefix("MOSTLY_")  # Q4_1, Q4_K_M
+    arch = reader.fields["general.architecture"].contents()
+    line = next(line for line in out.splitlines() if line.startswith(f"  architecture {arch}, quantization "))
+    named = line.split("quantization ", 1)[1].split(" (general.file_type")[0]
+    assert named.replace(" - Medium", "_M").replace(" - Small", "_S") == expected
+    assert line.endswith(f"(general.file_type {number})")

@@ -38,8 +38,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  {name}")
     for name, error in sorted(broken.items()):
         print(f"  {name}: broken: {error}")
-    print("samplers (SamplerChain().add(name, **options)):")
-    for name, found in sorted(plugins.sampler_factories().items()):
+    factories = plugins.sampler_factories()
+    print("samplers (SamplerChain().add(name, **options)):" + ("" if factories else " (none installed)"))
+    for name, found in sorted(factories.items()):
         print(f"  {name:16} [{found.distribution or found.plugin}]")
     print("backends:")
     for status in backend.backends():
@@ -242,12 +243,24 @@ def _short(value: object, width: int = 72) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+def _model_summary(info: GgufInfo) -> list[str]:
+    """The architecture and the quantization by name (general.file_type is only a number)."""
+    arch = info.metadata.get("general.architecture")
+    ftype = info.metadata.get("general.file_type")
+    parts = [f"architecture {arch.value}"] if arch is not None else []
+    if ftype is not None and isinstance(ftype.value, int):
+        from .blocks.quantize import ftype_name
+
+        parts.append(f"quantization {ftype_name(ftype.value)} (general.file_type {ftype.value})")
+    return [f"  {', '.join(parts)}"] if parts else []
+
+
 def _inspect_report(info: GgufInfo, max_tensors: int | None) -> list[str]:
     templates = info.chat_templates()
     lines = [f"file: {info.path}",
              f"  {info.size:,} bytes ({_mib(info.size)}), GGUF v{info.version}, {len(info.metadata)} keys, "
              f"{len(info.tensors)} tensors, alignment {info.alignment}, tensor data at byte {info.data_offset:,}",
-             "", f"metadata ({len(info.metadata)} keys):"]
+             *_model_summary(info), "", f"metadata ({len(info.metadata)} keys):"]
     width = max((len(k) for k in info.metadata), default=0)
     for key, value in info.metadata.items():
         if value.type == "array":
