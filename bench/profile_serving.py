@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -77,19 +76,7 @@ def start_timed(model: Path, clients: int, report: Path) -> tuple[subprocess.Pop
     port = serving.free_port()
     cmd = [sys.executable, "-c", _TIMED_SERVER, "serve", "-m", str(model), "-t", str(serving.THREADS),
            "--parallel", str(clients), "-c", str(clients * 256), "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "LLAMAPLUG_STEP_REPORT": str(report)})
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
-                return proc, port
-        except OSError:
-            if proc.poll() is not None:
-                raise SystemExit("the timed server exited") from None
-            time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("the timed server did not start")
+    return serving.launch("the timed", cmd, port, {**os.environ, "LLAMAPLUG_STEP_REPORT": str(report)}), port
 
 
 def main() -> None:

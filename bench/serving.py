@@ -163,12 +163,17 @@ def start(kind: str, model: Path, slots: int, per_slot: int) -> tuple[subprocess
                # Its default lets each new request interrupt the running stream (so every client got
                # about one token): off, it serves them one after another as designed.
                "--interrupt_requests", "False"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return launch(kind, cmd, port), port
+
+
+def launch(kind: str, cmd: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Run the server `cmd` and wait until it answers on `port` (its /v1/models)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
-                return proc, port
+                return proc
         except OSError:
             if proc.poll() is not None:
                 raise SystemExit(f"{kind} server exited: {' '.join(cmd)}") from None
