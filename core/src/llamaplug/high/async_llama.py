@@ -2,8 +2,8 @@
 
 Requests are built as Llama builds them (requests.py) and run through the asyncio
 loop of the event pump (events.astream; events.agather when the result is awaited whole).
-Cancelling the awaiting task, or leaving an
-`async for` early, cancels the request: its slot is free at the engine's next step.
+Cancelling the awaiting task, or leaving an `async for` early, cancels the request: its
+slot is free at the engine's next step.
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     the other arguments as create_app's."""
     metrics = Metrics(registry.engines)
     registry.on_unload(metrics.retire)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
