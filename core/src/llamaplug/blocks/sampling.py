@@ -201,8 +201,10 @@ def _raw_n_vocab(raw_ctx: Any) -> int:
 
 def _argmax(ctx: LlamaContext, idx: int) -> int:
     # Greedy has no state to accept into, and llama_sampler_sample would first copy the
-    # whole vocabulary into candidate records (60-400 us a token here); argmax over the
-    # logits view picks the same token (the first of equal maxima, as llama.cpp's greedy).
+    # whole vocabulary into candidate records and run every sampler before it (60-400 us a
+    # token here); argmax over the logits view picks the same token. Of equal maxima it takes
+    # the first, as llama.cpp's greedy does when nothing before it reordered the candidates
+    # (top_k's partial sort leaves equal logits in no set order).
     ctx.check_output_index(idx)  # a bad index is reported before a closed context, as llama_sampler_sample's path does
     return int(ctx._logits_row(idx).argmax())
 
@@ -262,6 +264,8 @@ class SamplerChain(LlamaSampler):
         self._has_grammar = False
         self._selecting_at = -1  # len(names) right after a Python sampler that selects was added
         self._grammar: LlamaSampler | None = None  # a leading grammar, sampled apart from the native chain
+        self._keeps_top: list[bool] = []  # per sampler: it never changes which token is the most likely
+        self._argmax_picks = False  # greedy last, after samplers that all keep the most likely token
 
     def _build(self, n_vocab: int | None = None, vocab: Any = None) -> None:
         if self._closed:
@@ -334,7 +338,7 @@ class SamplerChain(LlamaSampler):
             else:
                 ctx.check_output_index(idx)  # a bad index is named before a closed model or context
                 self._build(ctx.n_vocab, ctx.model._vocab_ptr)
-        if self.names == ["greedy"] and not raw:
+        if self._argmax_picks and not raw:
             return _argmax(ctx, idx)
         return super().sample(ctx, idx)
 
@@ -367,7 +371,9 @@ class SamplerChain(LlamaSampler):
     def _describe(self) -> str:
         return f"chain {' -> '.join(self.names)}" + (" -> dist (appended)" if self._auto_dist else "")
 
-    def _append(self, name: str, make: Callable[[_Target], Any]) -> SamplerChain:
+    def _append(self, name: str, make: Callable[[_Target], Any], keeps_top: bool = False) -> SamplerChain:
+        """`keeps_top`: with these options the sampler never drops the most likely token nor lets
+        another overtake it, so a greedy after it picks the logits' argmax (see _argmax)."""
         if self._closed:
             raise ClosedError("this sampler chain is closed")
         if self._auto_dist:
@@ -379,7 +385,9 @@ class SamplerChain(LlamaSampler):
             lib.llama_sampler_chain_add(self._ptr, _native(make(self._target)))
         else:
             self._parts.append(make)
+        self._argmax_picks = name == "greedy" and all(self._keeps_top)
         self.names.append(name)
+        self._keeps_top.append(keeps_top)
         self._has_grammar |= name in GRAMMARS
         return self
 
@@ -417,8 +425,8 @@ class SamplerChain(LlamaSampler):
                                         "put .grammar(...) at its start instead", field="sampler")
         twin = SamplerChain(self._no_perf, self._n_vocab, self.default_seed, self._model)
         twin.grammar(grammar)
-        for name, part in zip(self.names, self._parts):
-            twin._append(name, part)
+        for name, part, keeps in zip(self.names, self._parts, self._keeps_top):
+            twin._append(name, part, keeps)
         return twin
 
     @classmethod
@@ -433,46 +441,49 @@ class SamplerChain(LlamaSampler):
 
     # -- every sampler of the pinned llama.h, in its argument order -------------
     def greedy(self) -> SamplerChain:  # type: ignore[override]
-        return self._append("greedy", lambda t: lib.llama_sampler_init_greedy())
+        return self._append("greedy", lambda t: lib.llama_sampler_init_greedy(), True)
 
     def dist(self, seed: int | None = None) -> SamplerChain:  # type: ignore[override]
         _check_seed(seed)
         return self._append("dist", lambda t: lib.llama_sampler_init_dist(t.seed_or(seed)))
 
     def temp(self, t: float) -> SamplerChain:  # type: ignore[override]
-        return self._append("temp", lambda _: lib.llama_sampler_init_temp(float(t)))
+        # (t <= 0 keeps only the first of the most likely tokens: argmax's own choice)
+        return self._append("temp", lambda _: lib.llama_sampler_init_temp(float(t)), True)
 
     def temp_ext(self, t: float, delta: float, exponent: float) -> SamplerChain:  # type: ignore[override]
         """Dynamic temperature: t +- delta by the entropy of the candidates, shaped by exponent."""
         _check("dynatemp_exponent", exponent > 0, f"must be > 0, got {exponent}")
+        # A dynamic temperature may reach 0 and turn several logits into +inf: kept only without one.
         return self._append("temp_ext", lambda _: lib.llama_sampler_init_temp_ext(float(t), float(delta),
-                                                                                   float(exponent)))
+                                                                                   float(exponent)), delta <= 0)
 
     def top_k(self, k: int) -> SamplerChain:  # type: ignore[override]
-        return self._append("top_k", lambda _: lib.llama_sampler_init_top_k(int(k)))
+        return self._append("top_k", lambda _: lib.llama_sampler_init_top_k(int(k)), True)
 
     def top_p(self, p: float, min_keep: int = 1) -> SamplerChain:  # type: ignore[override]
         _check_share("top_p", p, min_keep)
-        return self._append("top_p", lambda _: lib.llama_sampler_init_top_p(float(p), min_keep))
+        return self._append("top_p", lambda _: lib.llama_sampler_init_top_p(float(p), min_keep), True)
 
     def min_p(self, p: float, min_keep: int = 1) -> SamplerChain:  # type: ignore[override]
         _check_share("min_p", p, min_keep)
-        return self._append("min_p", lambda _: lib.llama_sampler_init_min_p(float(p), min_keep))
+        return self._append("min_p", lambda _: lib.llama_sampler_init_min_p(float(p), min_keep), True)
 
     def typical(self, p: float, min_keep: int = 1) -> SamplerChain:  # type: ignore[override]
         _check_share("typical", p, min_keep)
-        return self._append("typical", lambda _: lib.llama_sampler_init_typical(float(p), min_keep))
+        # The most typical tokens need not include the most likely one.
+        return self._append("typical", lambda _: lib.llama_sampler_init_typical(float(p), min_keep), p >= 1.0)
 
     def xtc(self, p: float, t: float, min_keep: int = 1, seed: int | None = None) -> SamplerChain:  # type: ignore[override]
         """Exclude top choices: with probability p, drop every token above threshold t but the least likely."""
         _check_share("xtc", p, min_keep)
         _check_seed(seed)
         return self._append("xtc", lambda tg: lib.llama_sampler_init_xtc(float(p), float(t), min_keep,
-                                                                         tg.seed_or(seed)))
+                                                                         tg.seed_or(seed)), p <= 0 or t > 0.5)
 
     def top_n_sigma(self, n: float) -> SamplerChain:  # type: ignore[override]
         """Keep tokens within n standard deviations of the top logit (n <= 0: off)."""
-        return self._append("top_n_sigma", lambda _: lib.llama_sampler_init_top_n_sigma(float(n)))
+        return self._append("top_n_sigma", lambda _: lib.llama_sampler_init_top_n_sigma(float(n)), True)
 
     def mirostat(self, tau: float = 5.0, eta: float = 0.1, m: int = 100,  # type: ignore[override]
                  seed: int | None = None) -> SamplerChain:
@@ -500,8 +511,9 @@ class SamplerChain(LlamaSampler):
     def penalties(self, last_n: int = 64, repeat: float = 1.0, freq: float = 0.0,  # type: ignore[override]
                   present: float = 0.0) -> SamplerChain:
         LlamaSampler.penalties(1, last_n, repeat, freq, present).close()  # validates now, not at first use
+        neutral = last_n == 0 or (repeat == 1.0 and freq == 0.0 and present == 0.0)
         return self._append("penalties", lambda tg: lib.llama_sampler_init_penalties(
-            tg.vocab_size("penalties"), last_n, float(repeat), float(freq), float(present)))
+            tg.vocab_size("penalties"), last_n, float(repeat), float(freq), float(present)), neutral)
 
     def dry(self, multiplier: float = 0.0, base: float = 1.75, allowed_length: int = 2,  # type: ignore[override]
             penalty_last_n: int = 64, seq_breakers: Sequence[str] = DRY_BREAKERS) -> SamplerChain:
@@ -518,11 +530,12 @@ class SamplerChain(LlamaSampler):
             return lib.llama_sampler_init_dry(tg.vocabulary("dry"), float(multiplier), float(base), allowed_length,
                                               penalty_last_n, arr, len(keep))
 
-        return self._append("dry", make)
+        return self._append("dry", make, multiplier == 0 or base < 1.0 or penalty_last_n == 0)
 
     def logit_bias(self, biases: Mapping[int, float]) -> SamplerChain:  # type: ignore[override]
         biases = dict(biases)
-        return self._append("logit_bias", lambda tg: LlamaSampler.logit_bias(tg.vocab_size("logit_bias"), biases))
+        return self._append("logit_bias", lambda tg: LlamaSampler.logit_bias(tg.vocab_size("logit_bias"), biases),
+                            not biases)
 
     def grammar(self, grammar: Grammar | str, root: str = "root") -> SamplerChain:  # type: ignore[override]
         """Only tokens the GBNF grammar allows (checked now: an invalid one is an InvalidGrammarError)."""
