@@ -371,8 +371,8 @@ def test_a_killed_replica_costs_only_its_requests_and_comes_back(ingress):
         if "error" in events[-2]:  # cut: the status line was out when its replica died
             failed.append(events[-2])
             assert events[-2]["error"]["type"] == "server_error"
-        else:
-            assert events[-2]["choices"][0]["finish_reason"] == "length"
+        else:  # a normal end: these requests sample at the server's default temperature, so EOS may come first
+            assert events[-2]["choices"][0]["finish_reason"] in ("length", "stop")
     print(f"replica {victim} killed under {len(prompts)} requests: {len(failed)} failed")
     assert len(failed) <= SLOTS  # only what the killed replica held; the others were retried on the survivor
     deadline = time.monotonic() + 120
