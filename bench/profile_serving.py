@@ -8,7 +8,8 @@ On a machine whose cores the decode threads use up, every CPU-second another thr
 server spends (the event loop: HTTP, JSON, the hand-off of results) is taken from llama_decode.
 This prints the throughput, each thread's CPU seconds during the measured run (from
 /proc/PID/task/*/stat) and, for ours, the share of the engine's step spent outside
-llama_decode (the step and the decode timed in the server process; --kind llamaplug only).
+llama_decode and the time a step spends after its decode (sampling each sequence, the text,
+the hand-off; all timed in the server process; --kind llamaplug only).
 With --spy, py-spy samples every thread (raw format: one collapsed stack a line) for a later look.
 """
 
@@ -28,30 +29,38 @@ sys.path.insert(0, str(HERE))
 
 import serving  # noqa: E402
 
-# Run in the server process (python -c): time the engine's steps and the decodes inside them, and write the
-# sums to the file named by LLAMAPLUG_STEP_REPORT when the server is stopped (SIGTERM).
+# Run in the server process (python -c): time the engine's steps, the decodes inside them and what follows a
+# step's decode (sampling, text, the hand-off), and write the sums to the file named by LLAMAPLUG_STEP_REPORT
+# when the server is stopped (SIGTERM).
 _TIMED_SERVER = """
 import os, signal, sys, time
 from llamaplug.blocks.context import LlamaContext
 from llamaplug.high.engine import Engine
-acc = [0.0, 0.0]
+acc = [0.0, 0.0, 0.0, 0]  # steps, decodes, after the decodes (seconds), steps that decoded
+decoded = [None]
 decode, step = LlamaContext.decode, Engine._step
 def timed_decode(self, batch):
     t = time.perf_counter()
     try:
         return decode(self, batch)
     finally:
-        acc[1] += time.perf_counter() - t
+        decoded[0] = time.perf_counter()
+        acc[1] += decoded[0] - t
 def timed_step(self):
     t = time.perf_counter()
+    decoded[0] = None
     try:
         step(self)
     finally:
-        acc[0] += time.perf_counter() - t
+        end = time.perf_counter()
+        acc[0] += end - t
+        if decoded[0] is not None:
+            acc[2] += end - decoded[0]
+            acc[3] += 1
 LlamaContext.decode, Engine._step = timed_decode, timed_step
 def report(*_):
     with open(os.environ["LLAMAPLUG_STEP_REPORT"], "w") as fh:
-        fh.write(f"{acc[0]} {acc[1]}")
+        fh.write(" ".join(map(str, acc)))
     os._exit(0)
 signal.signal(signal.SIGTERM, report)
 from llamaplug.cli import main
@@ -115,9 +124,9 @@ def main() -> None:
             print(f"  thread {tid}{' (main: the event loop)' if tid == proc.pid and a.kind != 'native' else ''}:"
                   f" {cpu:.2f} s CPU")
     if a.kind == "llamaplug" and report.read_text():
-        step, decode = map(float, report.read_text().split())
+        step, decode, after, n = map(float, report.read_text().split())
         print(f"  engine steps (warm-up included): {step:.2f} s, llama_decode {decode:.2f} s, outside it "
-              f"{(step - decode) / step:.1%}")
+              f"{(step - decode) / step:.1%}; after a step's decode {after * 1e3 / n:.2f} ms a step ({n:.0f} steps)")
     report.unlink()
 
 

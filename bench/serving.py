@@ -3,7 +3,7 @@
 
     .tox/py/bin/python bench/serving.py engine [--models smollm2,gemma] [--rounds 3]
     .tox/py/bin/python bench/serving.py load [--clients 8,32] [--requests 200] [--unique]
-    .tox/py/bin/python bench/serving.py chat [--clients 8,32] [--requests 96] [--rounds 2]
+    .tox/py/bin/python bench/serving.py chat [--clients 8,32] [--requests 96] [--rounds 2] [--restart]
     .tox/py/bin/python bench/serving.py disconnects [--requests 1000]
 
 engine: `create_completions` of 16 prompts x 64 tokens against the same prompts one
@@ -22,8 +22,9 @@ load: the pinned llama-server, `llamaplug serve` and llama-cpp-python's server (
 chat: the throughput target of issue 24: the pinned llama-server, `llamaplug serve` and `llamaplug serve
   --models-dir` (the router, one model in the dir, loaded by the first request) on the same model, threads
   and slots, N clients each sending non-streamed greedy chat requests of 64 tokens; runs in ABBA order
-  (native, ours, router, router, ours, native, ...) so drift weighs on all of them. Throughput counts
-  each server's own usage.completion_tokens. Target: ours >= 1.0x native at 8 and 32 clients.
+  (native, ours, router, router, ours, native, ...) so drift weighs on all of them. The three servers
+  stay up side by side and take turns (--restart: each is started anew for each run, the first method).
+  Throughput counts each server's own usage.completion_tokens. Target: ours >= 1.0x native at 8 and 32 clients.
 disconnects: R streamed requests to `llamaplug serve`, each dropped after a random
   number of events; afterwards /metrics must show every slot free, and the server's
   RSS is sampled (flat: the last sample within 5% of the one after warm-up).
@@ -277,30 +278,55 @@ async def drive_chat(port: int, clients: int, requests: int, max_tokens: int = 6
 def bench_chat(args: argparse.Namespace) -> dict[str, Any]:
     model = model_path(args.model)
     kinds = ["native", "llamaplug", "router"]
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"method": "restart" if args.restart else "alternate"}
     for clients in map(int, args.clients.split(",")):
         runs: dict[str, list[float]] = {k: [] for k in kinds}
         errors = dict.fromkeys(kinds, 0)
-        for r in range(args.rounds):
-            for kind in (kinds if r % 2 == 0 else kinds[::-1]):  # ABBA
-                proc, port = start(kind, model, clients, 256)
-                try:
-                    asyncio.run(drive_chat(port, clients, clients))  # warm-up (and the router's load)
-                    run = asyncio.run(drive_chat(port, clients, args.requests))
-                finally:
+
+        def measure(kind: str, port: int, r: int) -> None:
+            run = asyncio.run(drive_chat(port, clients, args.requests))
+            runs[kind].append(run["tokens"] / run["wall_s"])
+            errors[kind] += len(run["errors"])
+            print(f"{clients} clients, round {r}, {kind:9}: {runs[kind][-1]:.1f} tok/s, "
+                  f"errors {len(run['errors'])} {run['errors'][:1]}", flush=True)
+
+        def order(r: int) -> list[str]:
+            return kinds if r % 2 == 0 else kinds[::-1]  # ABBA
+
+        if args.restart:
+            for r in range(args.rounds):
+                for kind in order(r):
+                    proc, port = start(kind, model, clients, 256)
+                    try:
+                        asyncio.run(drive_chat(port, clients, clients))  # warm-up (and the router's load)
+                        measure(kind, port, r)
+                    finally:
+                        stop(proc)
+        else:
+            # All three servers stay up (an idle one sleeps) and take turns run by run, so the machine's
+            # drift, which here lasts longer than one run, falls on all of them alike.
+            servers: dict[str, tuple[subprocess.Popen, int]] = {}
+            try:
+                for kind in kinds:
+                    servers[kind] = start(kind, model, clients, 256)
+                    asyncio.run(drive_chat(servers[kind][1], clients, clients))  # warm-up (and the router's load)
+                for r in range(args.rounds):
+                    for kind in order(r):
+                        measure(kind, servers[kind][1], r)
+            finally:
+                for proc, _ in servers.values():
                     stop(proc)
-                runs[kind].append(run["tokens"] / run["wall_s"])
-                errors[kind] += len(run["errors"])
-                print(f"{clients} clients, round {r}, {kind:9}: {runs[kind][-1]:.1f} tok/s, "
-                      f"errors {len(run['errors'])} {run['errors'][:1]}", flush=True)
         med = {k: statistics.median(v) for k, v in runs.items()}
+        per_round = [o / n for o, n in zip(runs["llamaplug"], runs["native"], strict=True)]
         row = {"tokens_per_s": runs, "median": med, "errors": errors,
                "ours_over_native": med["llamaplug"] / med["native"],
                "router_over_native": med["router"] / med["native"],
-               "per_round_ours_over_native": [o / n for o, n in zip(runs["llamaplug"], runs["native"], strict=True)]}
+               "per_round_ours_over_native": per_round,
+               "per_round_router_over_native": [o / n for o, n in zip(runs["router"], runs["native"], strict=True)]}
         print(f"{clients} clients: medians native {med['native']:.1f}, ours {med['llamaplug']:.1f}, router "
               f"{med['router']:.1f} tok/s; ours/native {row['ours_over_native']:.3f}, router/native "
-              f"{row['router_over_native']:.3f} (target >= 1.0)", flush=True)
+              f"{row['router_over_native']:.3f}, median of the rounds' ours/native "
+              f"{statistics.median(per_round):.3f} (target >= 1.0)", flush=True)
         results[f"clients={clients}"] = row
     return results
 
@@ -427,6 +453,8 @@ def main() -> None:
     c.add_argument("--clients", default="8,32")
     c.add_argument("--requests", type=int, default=96)
     c.add_argument("--rounds", type=int, default=2, help="each round runs every server once; odd rounds reversed")
+    c.add_argument("--restart", action="store_true",
+                   help="start each server anew for every run (the first method) instead of keeping all three up")
     d = sub.add_parser("disconnects")
     d.add_argument("--model", default="smollm2")
     d.add_argument("--requests", type=int, default=1000)
