@@ -204,16 +204,22 @@ def test_a_grammar_chain_accepts_only_its_own_samples(llama):
         chain.accept(llama.model.tokenize(" no", add_bos=False)[0])
 
 
-def test_greedy_after_samplers_that_keep_the_top_token_picks_as_the_native_chain(llama, monkeypatch):
+@pytest.fixture
+def native_calls(monkeypatch) -> list[lp.LlamaSampler]:
+    """The samplers whose native sample (llama_sampler_sample) runs during the test, in order."""
+    calls: list[lp.LlamaSampler] = []
+    sample_native = lp.LlamaSampler._sample_native
+    monkeypatch.setattr(lp.LlamaSampler, "_sample_native",
+                        lambda self, *a: calls.append(self) or sample_native(self, *a))
+    return calls
+
+
+def test_greedy_after_samplers_that_keep_the_top_token_picks_as_the_native_chain(llama, native_calls):
     """Temperature 0 with llama-server's samplers (all at options that keep the most likely token):
     argmax over the logits view, never the native chain, and the same token as the native chain
     (reached through the raw handle) at every step of a generation."""
     ctx, model = llama.context, llama.model
     fast, native = (lp.SamplerParams(temperature=0, seed=1).build_chain(model) for _ in range(2))
-    native_calls = []
-    sample_native = lp.LlamaSampler._sample_native
-    monkeypatch.setattr(lp.LlamaSampler, "_sample_native",
-                        lambda self, *a: native_calls.append(self) or sample_native(self, *a))
     ctx.clear_cache()
     tokens = model.tokenize(PROMPT)
     ctx.eval(tokens, 0)
@@ -228,13 +234,9 @@ def test_greedy_after_samplers_that_keep_the_top_token_picks_as_the_native_chain
 
 @pytest.mark.parametrize("options", [{"xtc_probability": 1.0, "xtc_threshold": 0.01}, {"typical_p": 0.2},
                                      {"penalty_repeat": 5.0}, {"logit_bias": {0: 1.0}}])
-def test_greedy_after_a_sampler_that_can_move_the_top_token_runs_the_native_chain(llama, logits, monkeypatch,
+def test_greedy_after_a_sampler_that_can_move_the_top_token_runs_the_native_chain(llama, logits, native_calls,
                                                                                  options):
     chain = lp.SamplerParams(temperature=0, seed=1, **options).build_chain(llama.model)
-    native_calls = []
-    sample_native = lp.LlamaSampler._sample_native
-    monkeypatch.setattr(lp.LlamaSampler, "_sample_native",
-                        lambda self, *a: native_calls.append(self) or sample_native(self, *a))
     ctx = llama.context
     ctx.clear_cache()
     ctx.eval(llama.model.tokenize(PROMPT), 0)
