@@ -46,6 +46,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -275,6 +276,35 @@ async def drive_chat(port: int, clients: int, requests: int, max_tokens: int = 6
     return {"wall_s": wall, "tokens": tokens, "errors": errors}
 
 
+def _chat_turns(kinds: list[str], model: Path, clients: int, rounds: int,
+                restart: bool) -> Iterator[tuple[int, str, int]]:
+    """(round, server kind, its port) for each run in ABBA order, the server warmed up (the router's model loaded).
+
+    All servers stay up (an idle one sleeps) and take turns, so the machine's drift, which here lasts longer
+    than one run, falls on all of them alike; `restart`: each run gets a server started for it (the first method).
+    """
+    servers: dict[str, tuple[subprocess.Popen, int]] = {}
+
+    def up(kind: str) -> None:
+        servers[kind] = start(kind, model, clients, 256)
+        asyncio.run(drive_chat(servers[kind][1], clients, clients))  # warm-up
+
+    try:
+        if not restart:
+            for kind in kinds:
+                up(kind)
+        for r in range(rounds):
+            for kind in (kinds if r % 2 == 0 else kinds[::-1]):  # ABBA
+                if restart:
+                    up(kind)
+                yield r, kind, servers[kind][1]
+                if restart:
+                    stop(servers.pop(kind)[0])
+    finally:
+        for proc, _ in servers.values():
+            stop(proc)
+
+
 def bench_chat(args: argparse.Namespace) -> dict[str, Any]:
     model = model_path(args.model)
     kinds = ["native", "llamaplug", "router"]
@@ -282,40 +312,12 @@ def bench_chat(args: argparse.Namespace) -> dict[str, Any]:
     for clients in map(int, args.clients.split(",")):
         runs: dict[str, list[float]] = {k: [] for k in kinds}
         errors = dict.fromkeys(kinds, 0)
-
-        def measure(kind: str, port: int, r: int) -> None:
+        for r, kind, port in _chat_turns(kinds, model, clients, args.rounds, args.restart):
             run = asyncio.run(drive_chat(port, clients, args.requests))
             runs[kind].append(run["tokens"] / run["wall_s"])
             errors[kind] += len(run["errors"])
             print(f"{clients} clients, round {r}, {kind:9}: {runs[kind][-1]:.1f} tok/s, "
                   f"errors {len(run['errors'])} {run['errors'][:1]}", flush=True)
-
-        def order(r: int) -> list[str]:
-            return kinds if r % 2 == 0 else kinds[::-1]  # ABBA
-
-        if args.restart:
-            for r in range(args.rounds):
-                for kind in order(r):
-                    proc, port = start(kind, model, clients, 256)
-                    try:
-                        asyncio.run(drive_chat(port, clients, clients))  # warm-up (and the router's load)
-                        measure(kind, port, r)
-                    finally:
-                        stop(proc)
-        else:
-            # All three servers stay up (an idle one sleeps) and take turns run by run, so the machine's
-            # drift, which here lasts longer than one run, falls on all of them alike.
-            servers: dict[str, tuple[subprocess.Popen, int]] = {}
-            try:
-                for kind in kinds:
-                    servers[kind] = start(kind, model, clients, 256)
-                    asyncio.run(drive_chat(servers[kind][1], clients, clients))  # warm-up (and the router's load)
-                for r in range(args.rounds):
-                    for kind in order(r):
-                        measure(kind, servers[kind][1], r)
-            finally:
-                for proc, _ in servers.values():
-                    stop(proc)
         med = {k: statistics.median(v) for k, v in runs.items()}
         per_round = [o / n for o, n in zip(runs["llamaplug"], runs["native"], strict=True)]
         row = {"tokens_per_s": runs, "median": med, "errors": errors,
