@@ -1,8 +1,9 @@
 """Python functions as tools, a pydantic model as response_format, and tool calls streamed as OpenAI deltas.
 
 The references: docstring_parser (an independent docstring reader) for the descriptions,
-jsonschema for the schemas, `parse`/non-streamed replies for what streamed deltas must join to,
-and the real openai client for the server's stream.
+jsonschema for the schemas, non-streamed replies for what streamed deltas must join to, and the real
+openai client (its own stream accumulator) for the server's stream. How each template's calls are
+read is llama.cpp's chat layer's: tests/test_chat_templates.py checks it template by template.
 """
 
 from __future__ import annotations
@@ -17,17 +18,15 @@ import openai
 import pydantic
 import pytest
 from llamaplug_testing import llamaplug_server
+from llamaplug_testing.chat_replies import few_shot
 
+import fetch
 import llamaplug as lp
-from llamaplug.high.chat import ChatStream
-from llamaplug.high.completion import CompletionChunk, StopReason
 from llamaplug.high.structured import as_response_format
-from llamaplug.high.tool_calls import parse
 from llamaplug.high.tool_schema import parse_docstring
 
-HERMES_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-                   "{% if tools %}<|im_start|>system\nCall a tool as <tool_call>{\"name\": ..., \"arguments\": ...}"
-                   "</tool_call>. Tools: {{ tools | tojson }}<|im_end|>\n{% endif %}<|im_start|>assistant\n")
+TEMPLATES = fetch.materialise() / "models" / "templates"
+HERMES_TEMPLATE = (TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
 
 
 class Unit(enum.Enum):
@@ -130,49 +129,6 @@ def test_tools_that_cannot_be_schemas_name_the_tool():
         assert err.value.field == "tools"
 
 
-def pieces(text: str) -> list[CompletionChunk]:
-    """`text` as a stream of one-character chunks, the last ending it."""
-    out = [CompletionChunk(c, []) for c in text]
-    return out + [CompletionChunk("", [], stop_reason=StopReason.EOS)]
-
-
-@pytest.mark.parametrize("kind,text", [
-    ("hermes", 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-               '<tool_call>{"name": "get_time", "arguments": {"zone": "CET"}}</tool_call> Done.'),
-    ("hermes", "No call here, <tool but not one."),
-    ("hermes", '<tool_call>{"name": 3}</tool_call>'),  # malformed: content
-    ("mistral", 'Sure. [TOOL_CALLS][{"name": "get_time", "arguments": {"zone": "UTC"}}]'),
-    ("json", '  {"name": "get_weather", "arguments": {"city": "Rome", "unit": "celsius"}}'),
-    ("json", "The weather is fine {really}."),
-    ("llama3", '<|python_tag|>{"name": "get_time", "parameters": {"zone": "UTC"}}'),
-])
-def test_streamed_deltas_join_to_the_parsed_reply(kind, text):
-    stream = ChatStream("m", kind)
-    chunks, seen, n_in = [stream.first()], [0], 0  # seen[i]: how many characters were in when chunks[i] came out
-    for p in pieces(text):
-        n_in += len(p.text)
-        out = stream.feed(p)
-        chunks += out
-        seen += [n_in] * len(out)
-    content = "".join(c.choices[0].delta.content or "" for c in chunks)
-    calls: dict[int, list[str]] = {}
-    for c in chunks:
-        for d in c.choices[0].delta.tool_calls or []:
-            calls.setdefault(d.index, ["", ""])
-            calls[d.index][0] += d.function.name or ""
-            calls[d.index][1] += d.function.arguments or ""
-    want_content, want_calls = parse(text, kind)
-    assert content == (want_content or "").lstrip()
-    assert [tuple(calls[i]) for i in sorted(calls)] == [(c.function.name, c.function.arguments) for c in want_calls]
-    assert chunks[-1].choices[0].finish_reason == ("tool_calls" if want_calls else "stop")
-    if kind == "hermes" and want_calls:  # the first call goes out as its </tool_call> arrives, not at the end
-        first_call = next(i for i, c in enumerate(chunks) if c.choices[0].delta.tool_calls)
-        assert seen[first_call] == text.index("</tool_call>") + len("</tool_call>")
-    if content.startswith("Let me look."):  # content before a call streams as it comes
-        early = [i for i, c in enumerate(chunks) if c.choices[0].delta.content and seen[i] < text.index("<tool_call>")]
-        assert len(early) >= 8  # character by character (a space waits for the next word: it may end the content)
-
-
 class Person(pydantic.BaseModel):
     name: str = pydantic.Field(max_length=24)
     age: int
@@ -223,7 +179,6 @@ def joined_calls(deltas) -> list[tuple[str, str]]:
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}
-TIME_ASK = [{"role": "user", "content": "What time is it in Berlin?"}]
 
 
 def test_a_python_function_is_called_and_its_streamed_call_joins_to_the_whole_one(llama):
@@ -231,24 +186,35 @@ def test_a_python_function_is_called_and_its_streamed_call_joins_to_the_whole_on
     # object and adding an optional field can make the two greedy runs part.
     kwargs = {"tools": [get_time, WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_time"}},
               "max_tokens": 40, "chat_template": HERMES_TEMPLATE}
-    whole = llama.create_chat_completion(TIME_ASK, **kwargs)
+    whole = llama.create_chat_completion(few_shot("hermes"), **kwargs)
     (call,) = whole.choices[0].message.tool_calls
     args = json.loads(call.function.arguments)
     jsonschema.validate(args, lp.function_tool(get_time)["function"]["parameters"])
     assert call.function.name == "get_time" and get_time(**args).startswith("noon")
-    chunks = list(llama.create_chat_completion(TIME_ASK, stream=True, **kwargs))
+    chunks = list(llama.create_chat_completion(few_shot("hermes"), stream=True, **kwargs))
     assert joined_calls(d for c in chunks for d in c.choices[0].delta.tool_calls or []) == [
         (call.function.name, call.function.arguments)]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
-def test_the_server_streams_tool_call_deltas(smollm2_path):
-    with llamaplug_server(smollm2_path, "--parallel", "1", "-c", "1024") as (port, _):
+@pytest.mark.parametrize("template,call_format", [("Qwen-Qwen2.5-7B-Instruct.jinja", "hermes"),
+                                                  ("Qwen3-Coder.jinja", "qwen3-coder")])
+def test_the_server_streams_tool_call_deltas(smollm2_path, template, call_format):
+    """A Hermes-style template and Qwen3-Coder's XML one: the openai client's own accumulator
+    (chat.completions.stream) joins the streamed deltas into the call the whole reply has."""
+    with llamaplug_server(smollm2_path, "--parallel", "1", "-c", "2048", "--chat-template-file",
+                          str(TEMPLATES / template)) as (port, _):
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
-        kwargs = {"model": smollm2_path.name, "messages": TIME_ASK, "tools": [lp.function_tool(get_time)],
-                  "tool_choice": "required", "max_tokens": 96, "temperature": 0}  # SmolLM2's own template: roomy JSON
+        kwargs = {"model": smollm2_path.name, "messages": few_shot(call_format), "tools": [lp.function_tool(get_time)],
+                  "tool_choice": "required", "max_tokens": 96, "temperature": 0}
         whole = client.chat.completions.create(**kwargs)
         stream = list(client.chat.completions.create(stream=True, **kwargs))
-    want = [(c.function.name, c.function.arguments) for c in whole.choices[0].message.tool_calls]
-    assert joined_calls(d for c in stream if c.choices for d in c.choices[0].delta.tool_calls or []) == want
+        with client.chat.completions.stream(**kwargs) as events:
+            accumulated = events.get_final_completion()
+    want = [(c.function.name, c.function.arguments) for c in whole.choices[0].message.tool_calls or []]
+    assert want and whole.choices[0].finish_reason == "tool_calls"
+    deltas = [d for c in stream if c.choices for d in c.choices[0].delta.tool_calls or []]
+    assert len(deltas) > 1  # the name first, then the arguments in pieces
+    assert joined_calls(deltas) == want
+    assert [(c.function.name, c.function.arguments) for c in accumulated.choices[0].message.tool_calls] == want
     assert stream[-1].choices[0].finish_reason == "tool_calls"

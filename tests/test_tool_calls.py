@@ -1,4 +1,7 @@
-"""Tool calls: parsed out of replies in each family's format, and forced by a grammar on the real model."""
+"""Tool calls on the real model through llama.cpp's chat layer: forced by its grammar, named, streamed.
+
+How each template's calls are written and read is llama.cpp's (common/chat.h): tests/test_chat_templates.py
+checks every template of the pin against its reference; these are the request-level behaviours."""
 
 from __future__ import annotations
 
@@ -6,10 +9,11 @@ import json
 
 import jsonschema
 import pytest
-from test_json_schema import Matcher
+from llamaplug_testing.chat_replies import TIME_TOOL, few_shot
 
+import fetch
 import llamaplug as lp
-from llamaplug.high.tool_calls import grammar_for, parse
+from llamaplug.high.chat import ChatSpec, plan_chat
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
     "type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
@@ -18,50 +22,17 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
     "type": "object", "properties": {"zone": {"type": "string", "maxLength": 10}}, "required": ["zone"]}}}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-HERMES_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-                   "{% if tools %}<|im_start|>system\nCall a tool as <tool_call>{\"name\": ..., \"arguments\": ...}"
-                   "</tool_call>. Tools: {{ tools | tojson }}<|im_end|>\n{% endif %}<|im_start|>assistant\n")
-
-
-@pytest.mark.parametrize("kind,text,content,calls", [
-    ("hermes", 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-     "Sure.", [("get_weather", {"city": "Paris"})]),
-    ("hermes", '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {"x": 1}}'
-               "</tool_call>", None, [("a", {}), ("b", {"x": 1})]),
-    ("hermes", "<tool_call>{not json}</tool_call>", "<tool_call>{not json}</tool_call>", []),
-    ("mistral", '[TOOL_CALLS][{"name": "get_time", "arguments": {"zone": "UTC"}}]', None,
-     [("get_time", {"zone": "UTC"})]),
-    ("llama3", '<|python_tag|>{"name": "get_time", "parameters": {"zone": "CET"}}', None,
-     [("get_time", {"zone": "CET"})]),
-    ("json", '{"name": "get_time", "arguments": "{\\"zone\\": \\"UTC\\"}"}', None, [("get_time", {"zone": "UTC"})]),
-    ("json", "Just text.", "Just text.", []),
-])
-def test_parse_each_family(kind, text, content, calls):
-    got_content, got_calls = parse(text, kind)
-    assert got_content == content
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in got_calls] == calls
-    assert all(c.id.startswith("call_") and c.type == "function" for c in got_calls)
-
-
-def test_the_forced_call_grammar_by_llama_cpps_engine(llama):
-    m = Matcher(llama.model, grammar_for([WEATHER, TIME], "required", "hermes"))
-    try:
-        assert m.accepts('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}'
-                         "</tool_call>")
-        assert m.accepts('<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>')
-        assert not m.accepts('<tool_call>{"name": "get_stock", "arguments": {}}</tool_call>')
-        assert not m.accepts('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>')
-        assert not m.accepts('{"name": "get_time", "arguments": {"zone": "UTC"}}')
-    finally:
-        m.close()
+# A Hermes-style template (<tool_call>...</tool_call>), the model maker's own file in the pin.
+HERMES_TEMPLATE = (fetch.materialise() / "models" / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
 
 
 def test_required_tool_call_on_the_real_model(llama):
-    out = llama.create_chat_completion(ASK, tools=[WEATHER, TIME], tool_choice="required", max_tokens=80)
+    out = llama.create_chat_completion(few_shot("hermes"), tools=[WEATHER, TIME_TOOL], tool_choice="required",
+                                       max_tokens=80, chat_template=HERMES_TEMPLATE)
     choice = out.choices[0]
     assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
     call = choice.message.tool_calls[0].function
-    tool = {"get_weather": WEATHER, "get_time": TIME}[call.name]
+    tool = {"get_weather": WEATHER, "get_time": TIME_TOOL}[call.name]
     jsonschema.validate(json.loads(call.arguments), tool["function"]["parameters"])
 
 
@@ -69,26 +40,39 @@ def test_named_tool_call_in_a_hermes_template_and_streamed(llama):
     from openai.types.chat import ChatCompletionChunk
 
     choice = {"type": "function", "function": {"name": "get_time"}}
-    out = llama.create_chat_completion(ASK, tools=[WEATHER, TIME], tool_choice=choice, max_tokens=80,
+    ask = few_shot("hermes")
+    out = llama.create_chat_completion(ask, tools=[WEATHER, TIME_TOOL], tool_choice=choice, max_tokens=80,
                                        chat_template=HERMES_TEMPLATE)
     calls = out.choices[0].message.tool_calls
     assert [c.function.name for c in calls] == ["get_time"]
-    chunks = list(llama.create_chat_completion(ASK, tools=[WEATHER, TIME], tool_choice=choice, max_tokens=80,
+    chunks = list(llama.create_chat_completion(ask, tools=[WEATHER, TIME_TOOL], tool_choice=choice, max_tokens=80,
                                                chat_template=HERMES_TEMPLATE, stream=True))
     for chunk in chunks:
         ChatCompletionChunk.model_validate(chunk.model_dump())
     deltas = [d for c in chunks for d in (c.choices[0].delta.tool_calls or [])]
-    assert [d.function.name for d in deltas] == ["get_time"] and chunks[-1].choices[0].finish_reason == "tool_calls"
-    assert json.loads(deltas[0].function.arguments) == json.loads(calls[0].function.arguments)
+    # as llama-server streams a call: the id and name first, then the arguments piece by piece
+    assert deltas[0].id and deltas[0].function.name == "get_time" and {d.index for d in deltas} == {0}
+    assert len(deltas) > 2 and all(d.id is None and d.function.name is None for d in deltas[1:])
+    joined = "".join(d.function.arguments or "" for d in deltas)
+    assert json.loads(joined) == json.loads(calls[0].function.arguments)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
 def test_tools_reach_the_template(llama):
-    from llamaplug.high.chat import render
+    with_tools = plan_chat(llama, ChatSpec(ASK, tools=[WEATHER], chat_template=HERMES_TEMPLATE)).params["prompt"]
+    without = plan_chat(llama, ChatSpec(ASK, chat_template=HERMES_TEMPLATE)).params["prompt"]
+    assert "get_weather" in with_tools and "get_weather" not in without
 
-    with_tools, _ = render(llama, ASK, HERMES_TEMPLATE, [WEATHER])
-    without, _ = render(llama, ASK, HERMES_TEMPLATE, None)
-    assert "get_weather" in llama.model.detokenize(with_tools, special=True)
-    assert "get_weather" not in llama.model.detokenize(without, special=True)
+
+def test_tools_reach_a_template_that_has_no_place_for_them(llama):
+    """SmolLM2's template never renders tools (llama-server would go on without them): a clear error, naming
+    the way out; with chat_template="chatml-tools" the model sees them."""
+    with pytest.raises(lp.InvalidParameterError, match="chatml-tools") as err:
+        llama.create_chat_completion(ASK, tools=[WEATHER], max_tokens=4)
+    assert err.value.field == "tools"
+    prompt = plan_chat(llama, ChatSpec(ASK, tools=[WEATHER], chat_template="chatml-tools")).params["prompt"]
+    assert "get_weather" in prompt
+    assert llama.create_chat_completion(ASK, tools=[WEATHER], tool_choice="none", max_tokens=2).choices
 
 
 @pytest.mark.parametrize("kwargs,field", [

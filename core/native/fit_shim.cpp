@@ -58,3 +58,12 @@ void common_log_add(common_log *, ggml_log_level level, const char * fmt, ...) {
 }
 
 void common_log_add_json(common_log *, const char *, const common_json &) {}
+
+// (the rest of log.h that common.cpp reaches: llamaplug's logger has no prefix or timestamps to set)
+void common_log_set_prefix(common_log *, bool) {}
+
+void common_log_set_timestamps(common_log *, bool) {}
+
+void common_log_default_callback(ggml_log_level level, const char * text, void *) {
+    to_llama_log(level, text);
+}

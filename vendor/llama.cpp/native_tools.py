@@ -72,12 +72,11 @@ def build(targets: tuple[str, ...] = TOOLS, backend: str = "cpu") -> Path:
     return bin_dir
 
 
-def json_schema_reference() -> Path:
-    """llama.cpp's own JSON-schema-to-GBNF converter (common/ of the pin) as a command: schema on stdin,
-    GBNF on stdout. Our 15-line main (reference/json_schema_to_gbnf.cpp) linked to the tools' libllama-common."""
+def _reference(name: str, source_name: str) -> Path:
+    """A small reference program of ours (reference/SOURCE) linked to the tools' libllama-common and libllama."""
     bin_dir = build()
-    tool = bin_dir / "llamaplug-json-schema-to-gbnf"
-    source = HERE / "reference" / "json_schema_to_gbnf.cpp"
+    tool = bin_dir / name
+    source = HERE / "reference" / source_name
     if tool.exists() and tool.stat().st_mtime >= source.stat().st_mtime:
         return tool
     tree = fetch.materialise()
@@ -85,6 +84,18 @@ def json_schema_reference() -> Path:
     subprocess.run([os.environ.get("CXX", "g++"), "-std=c++17", "-O1", *includes, str(source), f"-L{bin_dir}",
                     "-lllama-common", "-lllama", f"-Wl,-rpath,{bin_dir}", "-o", str(tool)], check=True)
     return tool
+
+
+def json_schema_reference() -> Path:
+    """llama.cpp's own JSON-schema-to-GBNF converter (common/ of the pin) as a command: schema on stdin,
+    GBNF on stdout. Our 15-line main (reference/json_schema_to_gbnf.cpp)."""
+    return _reference("llamaplug-json-schema-to-gbnf", "json_schema_to_gbnf.cpp")
+
+
+def chat_reference() -> Path:
+    """llama.cpp's own chat layer (common/chat.h of the pin) on one template: prompt, the template's own
+    tool-call reply, parsed whole and streamed (reference/chat_reference.cpp)."""
+    return _reference("llamaplug-chat-reference", "chat_reference.cpp")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,53 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_chat_arguments(parser: argparse.ArgumentParser) -> None:
+    """llama-server's chat-layer flags, with its meanings (`llama-server --help` of the pin)."""
+    parser.add_argument("--chat-template", metavar="JINJA_TEMPLATE",
+                        help="the chat template of the -m models: Jinja text, or a name of llama.cpp's built-in "
+                             "templates (default: the GGUF's own)")
+    parser.add_argument("--chat-template-file", metavar="FILE", help="the chat template, read from FILE")
+    parser.add_argument("--chat-template-kwargs", metavar="JSON", type=_json_object,
+                        help='extra template variables for every request, e.g. \'{"enable_thinking": false}\'')
+    parser.add_argument("--reasoning-format", choices=["none", "auto", "deepseek", "deepseek-legacy"],
+                        help="where thinking goes: none keeps it in content; auto / deepseek put it in "
+                             "reasoning_content; deepseek-legacy keeps <think> tags in content too (default: auto)")
+    parser.add_argument("-rea", "--reasoning", choices=["on", "off", "auto"], default="auto",
+                        help="thinking on or off for templates that can switch it (default: auto, the template's)")
+    parser.add_argument("--reasoning-effort", metavar="LEVEL",
+                        help="reasoning_effort given to the template ('default' keeps the template's)")
+
+
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def chat_settings(args: argparse.Namespace) -> tuple[str | None, object]:
+    """The chat template (--chat-template or --chat-template-file) and the server's ChatSettings."""
+    from .errors import InvalidParameterError
+    from .high.chat import ChatSettings
+
+    if args.chat_template is not None and args.chat_template_file is not None:
+        raise InvalidParameterError("give --chat-template or --chat-template-file, not both",
+                                    field="chat_template_file")
+    template = args.chat_template
+    if args.chat_template_file is not None:
+        try:
+            template = Path(args.chat_template_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidParameterError(f"--chat-template-file {args.chat_template_file}: {exc}",
+                                        field="chat_template_file") from None
+    thinking = {"on": True, "off": False}.get(args.reasoning)
+    effort = None if args.reasoning_effort in (None, "default") else args.reasoning_effort
+    return template, ChatSettings(args.reasoning_format, thinking, effort, args.chat_template_kwargs or {})
+
+
 def _add_draft_arguments(parser: argparse.ArgumentParser) -> None:
     """Speculative decoding (LlamaParams.draft_*), for `run` and `serve`."""
     parser.add_argument("-md", "--draft-model", help="a small GGUF of the same vocabulary that drafts tokens")
@@ -166,16 +213,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.mmproj and len(files) != 1:
         raise InvalidParameterError("--mmproj goes with one -m; in a models dir, give each model's in models.toml",
                                     field="mmproj")
+    template, chat = chat_settings(args)
     specs = specs_from_dir(args.models_dir, base) if args.models_dir else []
     specs += [spec_for_file(f, base, aliases[i] if i < len(aliases) else None, mmproj=args.mmproj,
-                            pooling=args.pooling) for i, f in enumerate(files)]
+                            pooling=args.pooling, chat_template=template) for i, f in enumerate(files)]
     if args.ray:
         if len(specs) != 1:
             raise InvalidParameterError("--ray serves one model (one -m); several models on Ray are not supported yet",
                                         field="ray")
         return _serve_on_ray(specs[0].params, args)
     registry = ModelRegistry(specs=specs, max_loaded=args.max_loaded, keep_alive=args.keep_alive,
-                             sleep_idle=args.sleep_idle, max_queue=args.max_queue)
+                             sleep_idle=args.sleep_idle, max_queue=args.max_queue, chat=chat)
     if len(specs) == 1:  # one model: load it now, so a bad file fails here rather than at the first request
         llama = registry.preload(specs[0].id).llama
         print(f"llamaplug serve {specs[0].params.model_path} on http://{args.host}:{args.port} ({args.parallel} "
@@ -196,11 +244,13 @@ def _serve_on_ray(params: LlamaParams, args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise InvalidParameterError(f'`llamaplug serve --ray` needs Ray Serve: pip install "llamaplug[ray]" '
                                     f"({exc.name} is missing)") from None
+    template, chat = chat_settings(args)
     print(f"llamaplug serve on Ray ({args.ray_address or 'a local cluster'}): {args.replicas} replicas on "
           f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     on_ray.run(params, replicas=args.replicas, address=args.ray_address, host=args.host, port=args.port,
                threads=args.threads, model_id=(args.alias or [None])[0], api_key=args.api_key, pooling=args.pooling,
-               app_options={"n_predict": args.n_predict, "slot_save_path": args.slot_save_path})
+               app_options={"n_predict": args.n_predict, "slot_save_path": args.slot_save_path,
+                            "chat_template": template, "chat": chat})
     return 0
 
 
@@ -437,6 +487,7 @@ def parser() -> argparse.ArgumentParser:
                        help="require `Authorization: Bearer KEY` on every route but /health (401 otherwise)")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"], default="error")
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
+    _add_chat_arguments(serve)
     _add_draft_arguments(serve)
     serve.add_argument("--ray", action="store_true", help='replicas on Ray Serve (pip install "llamaplug[ray]")')
     serve.add_argument("--ray-address", help="the Ray cluster (ray start's address; default: start a local one)")

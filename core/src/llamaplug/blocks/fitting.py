@@ -1,6 +1,6 @@
 """n_gpu_layers="auto": llama.cpp's own fitting of layers and context to free device memory.
 
-This is common/fit.cpp of the pinned tree (built into libllamaplug-fit), the code
+This is common/fit.cpp of the pinned tree (built into libllamaplug-common), the code
 llama-cli and llama-completion run by default. It loads the model's metadata
 without allocating, measures what each device would hold, and lowers
 n_gpu_layers (and, where n_ctx=0, the context) until every device keeps

@@ -91,7 +91,7 @@ class Grammar:
 
     @classmethod
     def from_json_schema(cls, schema: Any) -> Grammar:
-        """The grammar of the JSON texts `schema` accepts (see json_schema.py for what it covers)."""
+        """The grammar of the JSON texts `schema` accepts (llama.cpp's converter: json_schema.py)."""
         from .json_schema import schema_to_gbnf
 
         return cls(schema_to_gbnf(schema))

@@ -30,6 +30,7 @@ from ..raw import ffi, lib
 from . import _callback_errors, py_sampler
 from ._handle import NativeHandle
 from ._text import encode_text
+from .chat_layer import grammar_prefill
 from .grammar import Grammar
 from .sampling_params import add_common_samplers
 
@@ -413,20 +414,33 @@ class SamplerChain(LlamaSampler):
             self._selecting_at = len(self.names)
         return self
 
-    def constrained(self, grammar: Grammar | str) -> SamplerChain:
-        """A new chain: `grammar` first, then this chain's samplers (made anew; this chain is left as it is)."""
+    def constrained(self, grammar: Grammar | str, trigger_patterns: Sequence[str] = (),
+                    trigger_tokens: Sequence[int] = (), prefill: Sequence[int] = ()) -> SamplerChain:
+        """A new chain: `grammar` first, then this chain's samplers (made anew; this chain is left as it is;
+        a chain holding sampler objects, which cannot be made twice, gets the grammar in front itself).
+
+        With triggers the grammar is lazy (grammar_lazy); `prefill`: tokens the grammar accepts first
+        (the template's generation prompt, for the chat layer's grammars)."""
         if self._built:
             raise InvalidParameterError("a grammar can be put in front of a chain that has not sampled yet only",
                                         field="sampler")
         if self._has_grammar:
             raise InvalidParameterError("this chain has a grammar already", field="sampler")
+        parts = list(zip(self.names, self._parts, self._keeps_top))
         if any(getattr(part, "owns", False) for part in self._parts):
-            raise InvalidParameterError("this chain holds sampler objects (add(...)), which cannot be made twice: "
-                                        "put .grammar(...) at its start instead", field="sampler")
-        twin = SamplerChain(self._no_perf, self._n_vocab, self.default_seed, self._model)
-        twin.grammar(grammar)
-        for name, part, keeps in zip(self.names, self._parts, self._keeps_top):
+            # Sampler objects (add(...)) cannot be made twice: the grammar goes in front of this chain itself.
+            twin, selecting = self, self._selecting_at
+            self.names, self._parts, self._keeps_top = [], [], []
+        else:
+            twin, selecting = SamplerChain(self._no_perf, self._n_vocab, self.default_seed, self._model), -1
+        if trigger_patterns or trigger_tokens:
+            twin.grammar_lazy(grammar, trigger_patterns, trigger_tokens)
+        else:
+            twin.grammar(grammar, prefill=prefill)
+        for name, part, keeps in parts:
             twin._append(name, part, keeps)
+        if selecting >= 0:
+            twin._selecting_at = selecting + 1
         return twin
 
     @classmethod
@@ -537,10 +551,29 @@ class SamplerChain(LlamaSampler):
         return self._append("logit_bias", lambda tg: LlamaSampler.logit_bias(tg.vocab_size("logit_bias"), biases),
                             not biases)
 
-    def grammar(self, grammar: Grammar | str, root: str = "root") -> SamplerChain:  # type: ignore[override]
-        """Only tokens the GBNF grammar allows (checked now: an invalid one is an InvalidGrammarError)."""
+    def grammar(self, grammar: Grammar | str, root: str = "root",  # type: ignore[override]
+                prefill: Sequence[int] = ()) -> SamplerChain:
+        """Only tokens the GBNF grammar allows (checked now: an invalid one is an InvalidGrammarError);
+        `prefill`: tokens it accepts before the first sample (a SamplingError if it refuses one)."""
         g = grammar if isinstance(grammar, Grammar) else Grammar(grammar, root)
-        return self._append("grammar", lambda tg: g.sampler_ptr(tg.vocabulary("grammar")))
+        first = tuple(int(t) for t in prefill)
+
+        def make(tg: _Target) -> Any:
+            ptr = g.sampler_ptr(tg.vocabulary("grammar"))
+            if first:
+                n_vocab = tg.vocab_size("grammar")
+                bad = [t for t in first if not 0 <= t < n_vocab]
+                try:
+                    if bad:
+                        raise InvalidTokenError(f"prefill token {bad[0]} is outside the vocabulary (0..{n_vocab - 1})",
+                                                token=bad[0])
+                    grammar_prefill(ptr, first)
+                except BaseException:
+                    lib.llama_sampler_free(ptr)
+                    raise
+            return ptr
+
+        return self._append("grammar", make)
 
     def grammar_lazy(self, grammar: Grammar | str, trigger_patterns: Sequence[str] = (),  # type: ignore[override]
                      trigger_tokens: Sequence[int] = (), root: str = "root") -> SamplerChain:

@@ -58,16 +58,17 @@ class AsyncLlama:
                                      sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
                                      stream: bool = False, tools: list[ToolSpec] | None = None,
                                      tool_choice: str | dict[str, Any] | None = None,
-                                     response_format: ResponseFormat | None = None, chat_template: str | None = None
-                                     ) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
-        """As Llama.create_chat_completion; with stream=True, an async iterator of OpenAI chunks."""
+                                     response_format: ResponseFormat | None = None, chat_template: str | None = None,
+                                     **chat_options: Any) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
+        """As Llama.create_chat_completion (`chat_options`: its reasoning_format, reasoning_effort,
+        chat_template_kwargs, parallel_tool_calls); with stream=True, an async iterator of OpenAI chunks."""
         llama = self.llama
-        job, kind = chat_job(llama, messages, max_tokens, sampler, stop, tools, tool_choice, response_format,
-                             chat_template)
+        job, plan = chat_job(llama, messages, max_tokens, sampler, stop, tools, tool_choice, response_format,
+                             chat_template, **chat_options)
         name = llama.params.model_path.name
         if stream:
-            return self._chat_chunks(job, ChatStream(name, kind))
-        return as_chat(collect(await agather_chunks(llama.engine, job), job.prompt), name, kind,
+            return self._chat_chunks(job, ChatStream(name, plan))
+        return as_chat(collect(await agather_chunks(llama.engine, job), job.prompt), name, plan,
                        response_format)
 
     async def _chat_chunks(self, job: Job, stream: ChatStream) -> AsyncIterator[ChatCompletionChunk]:

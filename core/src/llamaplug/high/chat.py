@@ -1,27 +1,41 @@
-"""Chat completions in OpenAI's shapes: the messages through the model's chat template, then a completion.
+"""Chat completions in OpenAI's shapes, through llama.cpp's own chat layer (blocks/chat_layer.py).
+
+    spec = ChatSpec(messages, tools=[...], reasoning_format="auto")
+    plan = plan_chat(llama, spec)          # the prompt, grammar, stops and reply parser llama-server would use
+    as_chat(completion, model, plan)       # content, reasoning_content, tool_calls of the finished reply
+    ChatStream(model, plan).feed(chunk)    # the same, streamed as llama-server streams it
 
 `out.choices[0].message.content`, `finish_reason`, `usage`; `out.model_dump()` is the
-OpenAI JSON. Streaming yields `ChatCompletionChunk`s whose deltas join to the content.
+OpenAI JSON. Streaming yields `ChatCompletionChunk`s whose deltas join to the message.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from .. import plugins
-from ..errors import InvalidParameterError
-from .chat_template import ChatTemplate
+from ..blocks.chat_builtin import builtin_names
+from ..blocks.chat_layer import REASONING_FORMATS, ChatReplyParser, ChatTemplates, parser_params
+from ..blocks.chat_layer import parse_reply as parse_text
+from ..errors import ChatTemplateError, InvalidParameterError
 from .completion import Completion, CompletionChunk, StopReason
-from .structured import model_class, parse_reply
-from .tool_calls import FunctionCall, ToolCall, parse
+from .structured import as_response_format, model_class, parse_reply
+from .tool_calls import FunctionCall, ToolCall, check_tools
 
 if TYPE_CHECKING:
+    from ..blocks.model import LlamaModel
     from .llama import Llama
+
+_log = logging.getLogger("llamaplug.chat")
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 FinishReason = Literal["stop", "length", "tool_calls"]
@@ -58,16 +72,23 @@ class ChatCompletion(BaseModel):
     usage: Usage
 
 
+class DeltaFunction(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
 class DeltaToolCall(BaseModel):
+    """A piece of a streamed call (OpenAI's shape): id, type and name with its first piece, then arguments."""
     index: int
-    id: str
-    type: str = "function"
-    function: FunctionCall
+    id: str | None = None
+    type: str | None = None
+    function: DeltaFunction | None = None
 
 
 class Delta(BaseModel):
     role: str | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[DeltaToolCall] | None = None
 
 
@@ -97,7 +118,10 @@ def _media_needs() -> str:
 
 
 def check_messages(messages: Any) -> list[dict[str, Any]]:
-    """The messages as plain dicts, each checked: a role we know, text content (parts of type text)."""
+    """The messages as plain dicts, each checked: a role we know, text content (a string or text parts).
+
+    Content is passed on as given (text parts stay parts), so llama.cpp's chat layer renders it as
+    llama-server does; an assistant message may carry tool_calls instead of content."""
     if not isinstance(messages, list) or not messages:
         raise InvalidParameterError("messages must be a non-empty list", field="messages")
     out = []
@@ -112,42 +136,283 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
                                         field=f"messages[{i}].role")
         content = m.get("content")
         if isinstance(content, list):
-            texts = []
             for j, part in enumerate(content):
                 kind = part.get("type") if isinstance(part, dict) else None
-                if kind == "text" and isinstance(part.get("text"), str):
-                    texts.append(part["text"])
-                elif kind in ("image_url", "input_audio"):
+                if kind in ("image_url", "input_audio"):
                     raise InvalidParameterError(f"messages[{i}].content[{j}]: {kind} needs {_media_needs()}",
                                                 field=f"messages[{i}].content[{j}]")
-                else:
+                if kind != "text" or not isinstance(part.get("text"), str):
                     raise InvalidParameterError(f"messages[{i}].content[{j}] must be a text part",
                                                 field=f"messages[{i}].content[{j}]")
-            content = "\n".join(texts)  # as llama.cpp's server joins text parts
-        if content is None and role == "assistant" and m.get("tool_calls"):
-            content = ""
-        if not isinstance(content, str):
+        elif content is None and role == "assistant" and m.get("tool_calls"):
+            pass
+        elif not isinstance(content, str):
             raise InvalidParameterError(f"messages[{i}].content must be text", field=f"messages[{i}].content")
-        out.append({**m, "content": content})
+        out.append(m)
     return out
 
 
-def split_reasoning(text: str) -> tuple[str, str | None]:
-    """(content, reasoning): a leading <think>...</think> block is the reasoning."""
-    stripped = text.lstrip()
-    if stripped.startswith("<think>") and "</think>" in stripped:
-        reasoning, _, rest = stripped[len("<think>"):].partition("</think>")
-        return rest.lstrip(), reasoning.strip()
-    return text, None
+@dataclasses.dataclass
+class ChatSpec:
+    """One chat request, in llama-server's terms: what the chat layer renders and how the reply is read.
+
+    `tools` are OpenAI's tool dicts (or Python functions); `tool_choice` "auto", "none", "required" or
+    {"type": "function", "function": {"name": ...}}; `json_schema` / `grammar` constrain the reply
+    (`response_format` is turned into `json_schema`); `reasoning_format` "auto" (the thinking goes to
+    reasoning_content), "none" (kept inline), "deepseek" or "deepseek-legacy"."""
+
+    messages: list[dict[str, Any]]
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: Any = None
+    json_schema: Any = None
+    grammar: str | None = None
+    chat_template: str | None = None
+    reasoning_format: str | None = None
+    reasoning_effort: str | None = None
+    enable_thinking: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: Any = None
 
 
-def as_chat(completion: Completion, model: str, tool_kind: str | None = None,
+@dataclasses.dataclass(frozen=True)
+class ChatSettings:
+    """A server's chat defaults, as llama-server's flags set them (--reasoning-format, -rea/--reasoning,
+    --reasoning-effort, --chat-template-kwargs): a request's own fields win, kwargs are merged."""
+
+    reasoning_format: str | None = None
+    enable_thinking: bool | None = None  # --reasoning on / off (None: auto, the template's default)
+    reasoning_effort: str | None = None
+    chat_template_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def options(self, chat_template: str | None = None, **given: Any) -> dict[str, Any]:
+        """ChatSpec's keyword arguments: `given` (a request's fields; None means not given) over these."""
+        out = {k: v for k, v in given.items() if v is not None}
+        for key in ("reasoning_format", "enable_thinking", "reasoning_effort"):
+            if key not in out and getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.chat_template_kwargs:
+            out["chat_template_kwargs"] = {**self.chat_template_kwargs, **(out.get("chat_template_kwargs") or {})}
+        if chat_template is not None:
+            out["chat_template"] = chat_template
+        return out
+
+
+@dataclasses.dataclass
+class ChatPlan:
+    """What llama.cpp's chat layer made of one request: the prompt's text, the grammar and its triggers,
+    the extra stops, and the parser that turns the reply into content, reasoning and tool calls."""
+
+    params: dict[str, Any]
+    reasoning_format: str = "auto"
+    response_format: Any = None
+    tool_names: tuple[str, ...] = ()
+
+    @property
+    def has_tools(self) -> bool:
+        return bool(self.params.get("parse_tool_calls"))
+
+    def parser(self, stream: bool) -> dict[str, Any]:
+        return parser_params(self.params, self.reasoning_format, stream)
+
+    def read(self, text: str) -> dict[str, Any]:
+        """The whole reply as {content, reasoning_content, tool_calls}; a reply the format's parser cannot
+        read comes back as content, as the model wrote it (logged), never as an error."""
+        try:
+            return parse_text(self.parser(False), text, partial=False)
+        except ChatTemplateError as exc:
+            _log.warning("%s; the reply is returned as plain content", exc)
+            return {"role": "assistant", "content": text, "reasoning_content": "", "tool_calls": []}
+
+
+# llamaplug's own name for a template: ChatML with tools in the Hermes format (<tool_call>...</tool_call>), for
+# ChatML models whose own template has no place for tools (SmolLM2's): chat_template="chatml-tools".
+CHATML_TOOLS = """{%- if tools %}<|im_start|>system
+{% if messages[0].role == 'system' %}{{ messages[0].content }}
+
+{% endif %}# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> \
+XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call><|im_end|>
+{% elif messages[0].role == 'system' %}<|im_start|>system
+{{ messages[0].content }}<|im_end|>
+{% endif %}
+{%- for message in messages %}
+{%- if message.role == 'system' and loop.first %}
+{%- elif message.role == 'assistant' %}<|im_start|>assistant
+{%- if message.content %}
+{{ message.content }}{% endif %}
+{%- for call in message.tool_calls or [] %}{% if call.function is defined %}{% set call = call.function %}{% endif %}
+<tool_call>
+{"name": "{{ call.name }}", "arguments": {{ call.arguments | tojson }}}
+</tool_call>{% endfor %}<|im_end|>
+{% elif message.role == 'tool' %}<|im_start|>user
+<tool_response>
+{{ message.content }}
+</tool_response><|im_end|>
+{% else %}<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+OWN_TEMPLATES = {"chatml-tools": CHATML_TOOLS}
+
+
+_templates: weakref.WeakKeyDictionary[Any, dict[str | None, ChatTemplates]] = weakref.WeakKeyDictionary()
+_templates_lock = threading.Lock()
+
+
+def chat_templates(model: LlamaModel, override: str | None = None) -> ChatTemplates:
+    """llama.cpp's templates of `model` (or `override`: Jinja text or a built-in name), made once per model."""
+    if override is not None and (not isinstance(override, str) or not override.strip()):
+        raise InvalidParameterError("chat_template must be a Jinja template or a built-in name", field="chat_template")
+    override = OWN_TEMPLATES.get(override, override) if override is not None else None
+    with _templates_lock:
+        per_model = _templates.setdefault(model, {})
+        found = per_model.get(override)
+        if found is None or found.closed:
+            found = per_model[override] = ChatTemplates(model, override)
+        return found
+
+
+def _is_builtin_name(override: str | None) -> bool:
+    if override is None or "{{" in override or "{%" in override or override in OWN_TEMPLATES:
+        return False
+    if override not in builtin_names():
+        raise InvalidParameterError(f"no built-in chat template {override!r}; llama.cpp has "
+                                    f"{', '.join(builtin_names())}, llamaplug {', '.join(OWN_TEMPLATES)} (or give a "
+                                    "Jinja template)", field="chat_template")
+    return override != "chatml"  # chatml has a Jinja source in the chat layer
+
+
+def _named_tool(tools: list[dict[str, Any]], tool_choice: dict[str, Any]) -> list[dict[str, Any]]:
+    name = (tool_choice.get("function") or {}).get("name")
+    chosen = [t for t in tools if t["function"]["name"] == name]
+    if not chosen:
+        raise InvalidParameterError(f"tool_choice names {name!r}, which is not among the tools", field="tool_choice")
+    return chosen
+
+
+def chat_request(spec: ChatSpec, messages: list[dict[str, Any]]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The chat layer's request for `spec` (messages already checked), and the tool names."""
+    tool_choice = spec.tool_choice
+    if tool_choice not in (None, "auto", "none", "required") and not isinstance(tool_choice, dict):
+        raise InvalidParameterError(f'tool_choice must be "auto", "none", "required" or {{"type": "function", '
+                                    f'"function": {{"name": ...}}}}, got {tool_choice!r}', field="tool_choice")
+    tools = check_tools(spec.tools) if spec.tools is not None else None
+    if tools is None and tool_choice not in (None, "auto", "none"):
+        raise InvalidParameterError("tool_choice needs tools", field="tool_choice")
+    if tools is not None and isinstance(tool_choice, dict):
+        # llama-server takes tool_choice as a string only: a named function is "required" over that one tool.
+        tools, tool_choice = _named_tool(tools, tool_choice), "required"
+    request: dict[str, Any] = {"messages": messages, "tool_choice": tool_choice or "auto"}
+    if tools is not None:
+        request["tools"] = tools
+    schema = spec.json_schema
+    if spec.response_format is not None:
+        if tools is not None and tool_choice not in (None, "auto", "none"):
+            raise InvalidParameterError("a forced tool call and response_format exclude each other",
+                                        field="response_format")
+        schema = response_schema(spec.response_format)
+    if schema is not None and spec.grammar is not None:
+        raise InvalidParameterError("json_schema (or response_format) and grammar exclude each other", field="grammar")
+    if spec.grammar is not None:
+        if not isinstance(spec.grammar, str):
+            raise InvalidParameterError("grammar must be GBNF text", field="grammar")
+        if tools is not None and tool_choice != "none":
+            raise InvalidParameterError("Cannot use custom grammar constraints with tools.", field="grammar")
+        request["grammar"] = spec.grammar
+    if schema is not None:
+        request["json_schema"] = schema
+    if spec.reasoning_format is not None:
+        if spec.reasoning_format not in REASONING_FORMATS:
+            raise InvalidParameterError(f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}, got "
+                                        f"{spec.reasoning_format!r}", field="reasoning_format")
+        request["reasoning_format"] = spec.reasoning_format
+    for key in ("parallel_tool_calls", "enable_thinking", "add_generation_prompt"):
+        value = getattr(spec, key)
+        if value is not None:
+            if not isinstance(value, bool):
+                raise InvalidParameterError(f"{key} must be true or false, got {value!r}", field=key)
+            request[key] = value
+    if spec.reasoning_effort is not None:
+        if not isinstance(spec.reasoning_effort, str):
+            raise InvalidParameterError("reasoning_effort must be a string", field="reasoning_effort")
+        request["reasoning_effort"] = spec.reasoning_effort
+    if spec.chat_template_kwargs is not None:
+        if not isinstance(spec.chat_template_kwargs, dict):
+            raise InvalidParameterError("chat_template_kwargs must be an object", field="chat_template_kwargs")
+        request["chat_template_kwargs"] = spec.chat_template_kwargs
+    if spec.continue_final_message is not None:
+        request["continue_final_message"] = spec.continue_final_message
+    if _is_builtin_name(spec.chat_template):
+        request["use_jinja"] = False
+    names = tuple(t["function"]["name"] for t in tools or ())
+    return request, names
+
+
+def response_schema(response_format: Any) -> Any:
+    """The JSON schema an OpenAI-shaped response_format (or a pydantic model) asks for (None: free text)."""
+    response_format = as_response_format(response_format)
+    if not isinstance(response_format, dict) or "type" not in response_format:
+        raise InvalidParameterError('response_format must be a dict with a "type"', field="response_format")
+    kind = response_format["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return response_format.get("schema", {"type": "object"})
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or "schema" not in spec:
+            raise InvalidParameterError('response_format json_schema needs {"json_schema": {"schema": {...}}}',
+                                        field="response_format.json_schema")
+        return spec["schema"]
+    raise InvalidParameterError(f"response_format type {kind!r} is not text, json_object or json_schema",
+                                field="response_format.type")
+
+
+def plan_chat(llama: Llama, spec: ChatSpec, messages: list[dict[str, Any]] | None = None) -> ChatPlan:
+    """Render `spec` with llama.cpp's chat layer (messages: the checked, flattened ones, when not spec's)."""
+    request, names = chat_request(spec, messages if messages is not None else check_messages(spec.messages))
+    templates = chat_templates(llama.model, spec.chat_template)
+    params = templates.apply(request)
+    if names and request["tool_choice"] != "none" and not any(name in params["prompt"] for name in names) \
+            and not templates.info["caps"].get("supports_tool_calls"):
+        # A template that can neither describe tools nor write a call: llama.cpp's chat layer (so llama-server)
+        # would go on without them. (One that writes calls but leaves describing the tools to the system message,
+        # as DeepSeek V3.1's, is rendered as llama-server renders it.)
+        raise InvalidParameterError(
+            "this chat template has no place for tools (the prompt it renders does not name them), so the model "
+            "would not see them; give a template that does: chat_template=\"chatml-tools\" for a ChatML model "
+            "(--chat-template chatml-tools), a model maker's own, or tool_choice=\"none\"", field="tools")
+    return ChatPlan(params, spec.reasoning_format or params.get("reasoning_format", "auto"), spec.response_format,
+                    names)
+
+
+def as_chat(completion: Completion, model: str, plan: ChatPlan | None = None,
             response_format: Any = None) -> ChatCompletion:
     """The ChatCompletion of a finished reply; with a pydantic model as `response_format`, message.parsed is one."""
-    content, reasoning = split_reasoning(completion.text)
-    calls: list[ToolCall] = []
-    if tool_kind is not None:
-        content, calls = parse(content or "", tool_kind)
+    if plan is None:
+        content, reasoning, calls = completion.text, None, []
+    else:
+        msg = plan.read(completion.text)
+        content = msg["content"] or None if msg["tool_calls"] else msg["content"]
+        reasoning = msg["reasoning_content"] or None
+        calls = [_tool_call(c) for c in msg["tool_calls"]]
+        response_format = response_format if response_format is not None else plan.response_format
     n_prompt, n_out = completion.timings.prompt_tokens, len(completion.tokens)  # media positions included
     finish: FinishReason = "tool_calls" if calls else _finish(completion.stop_reason)
     cls = model_class(response_format)
@@ -160,10 +425,15 @@ def as_chat(completion: Completion, model: str, tool_kind: str | None = None,
         usage=Usage(prompt_tokens=n_prompt, completion_tokens=n_out, total_tokens=n_prompt + n_out))
 
 
-def as_chunks(chunks: Iterator[CompletionChunk], model: str, tool_kind: str | None = None
+def _tool_call(call: dict[str, Any]) -> ToolCall:
+    return ToolCall(id=call["id"] or f"call_{uuid.uuid4().hex[:24]}",
+                    function=FunctionCall(name=call["name"], arguments=call["arguments"]))
+
+
+def as_chunks(chunks: Iterator[CompletionChunk], model: str, plan: ChatPlan | None = None
               ) -> Iterator[ChatCompletionChunk]:
     """OpenAI's stream of a completion's chunks (see ChatStream)."""
-    stream = ChatStream(model, tool_kind)
+    stream = ChatStream(model, plan)
     yield stream.first()
     for piece in chunks:
         yield from stream.feed(piece)
@@ -172,18 +442,16 @@ def as_chunks(chunks: Iterator[CompletionChunk], model: str, tool_kind: str | No
 class ChatStream:
     """Completion chunks in, OpenAI chat chunks out: the same for threads and asyncio.
 
-    With tools, text that is surely content streams as it comes; text that may be a call
-    is held, and each call goes out as one delta (id, name, arguments) once it is
-    complete (in the hermes format each as its </tool_call> arrives, else at the end).
-    The reply's end is parsed as as_chat parses it, so the deltas join to its message.
+    Each piece of text goes through llama.cpp's parser of the template's format, as llama-server
+    streams it: reasoning in delta.reasoning_content, the answer in delta.content, and each tool
+    call as its name (with id and index) and then its arguments piece by piece.
     """
 
-    def __init__(self, model: str, tool_kind: str | None = None):
+    def __init__(self, model: str, plan: ChatPlan | None = None):
         self.ident, self.created, self.model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), model
-        self.tool_kind = tool_kind
-        self._text = ""  # the reply so far (with tools)
-        self._sent = ""  # the content sent so far (with tools)
-        self._calls: list[ToolCall] = []  # the calls sent so far
+        self.plan = plan
+        self._parser = ChatReplyParser(plan.parser(True)) if plan is not None else None
+        self.calls = 0  # tool calls begun so far
 
     def chunk(self, delta: Delta, finish: FinishReason | None = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=self.ident, created=self.created, model=self.model,
@@ -193,99 +461,36 @@ class ChatStream:
         return self.chunk(Delta(role="assistant", content=""))
 
     def feed(self, piece: CompletionChunk) -> list[ChatCompletionChunk]:
-        if self.tool_kind is None:
+        final = piece.stop_reason is not None
+        if self._parser is None:
             out = [self.chunk(Delta(content=piece.text))] if piece.text else []
-            if piece.stop_reason is not None:
-                out.append(self.chunk(Delta(), _finish(piece.stop_reason)))
-            return out
-        self._text += piece.text
-        if piece.stop_reason is None:
-            return self._progress(self.tool_kind)
-        return self._end(self.tool_kind, piece.stop_reason)
-
-    def _progress(self, kind: str) -> list[ChatCompletionChunk]:
-        out = []
-        live = sure_content(self._text, kind)
-        if len(live) > len(self._sent) and live.startswith(self._sent):
-            out.append(self.chunk(Delta(content=live[len(self._sent):])))
-            self._sent = live
-        closed = self._text.rfind(_HERMES_END) if kind == "hermes" else -1
-        if closed >= 0:
-            out += self._new_calls(parse(self._text[:closed + len(_HERMES_END)], kind)[1])
+        else:
+            if not piece.text and not final:
+                return []
+            diffs = self._parser.update(piece.text, partial=not final)
+            out = [self.chunk(delta) for delta in map(self._delta, diffs) if delta is not None]
+        if final:
+            finish = "tool_calls" if self.calls else _finish(piece.stop_reason)
+            out.append(self.chunk(Delta(), finish))
         return out
 
-    def _end(self, kind: str, reason: StopReason) -> list[ChatCompletionChunk]:
-        content, calls = parse(self._text, kind)
-        content = content or ""
-        if not content.startswith(self._sent):
-            content = content.lstrip()  # what was sent skipped the leading whitespace (sure_content)
-        out = []
-        if content.startswith(self._sent) and len(content) > len(self._sent):
-            out.append(self.chunk(Delta(content=content[len(self._sent):])))
-        out += self._new_calls(calls)
-        return out + [self.chunk(Delta(), "tool_calls" if self._calls else _finish(reason))]
-
-    def _new_calls(self, calls: list[ToolCall]) -> list[ChatCompletionChunk]:
-        new = calls[len(self._calls):]
-        if not new:
-            return []
-        start = len(self._calls)
-        self._calls += new
-        return [self.chunk(Delta(tool_calls=[DeltaToolCall(index=start + i, id=c.id, function=c.function)
-                                             for i, c in enumerate(new)]))]
-
-
-_HERMES_END = "</tool_call>"
-_MARKERS = {"hermes": "<tool_call>", "mistral": "[TOOL_CALLS]"}
-_PYTHON_TAG = "<|python_tag|>"
-
-
-def sure_content(text: str, kind: str) -> str:
-    """The start of a reply in progress that is content whatever follows, stripped (tool_calls.parse strips it).
-
-    Before a call marker (hermes, mistral), minus a tail that may be a marker's start; for
-    the one-object formats, nothing once the reply may be an object (it starts with { or <|python_tag|>).
-    """
-    marker = _MARKERS.get(kind)
-    if marker is None:
-        head = text.lstrip()
-        if head.startswith(("{", _PYTHON_TAG)) or _PYTHON_TAG.startswith(head):
-            return ""
-        return text.strip()
-    cut = text.find(marker)
-    if cut >= 0:
-        return text[:cut].strip()
-    for k in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:k]):
-            text = text[:-k]
-            break
-    return text.strip()
-
-
-def render(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,
-           tools: list[dict[str, Any]] | None) -> tuple[list[int], ChatTemplate]:
-    prompt, template = render_prompt(llama, messages, chat_template, tools)
-    return llama.model.tokenize(prompt, llama.model.add_bos, special=True), template
+    def _delta(self, diff: dict[str, Any]) -> Delta | None:
+        delta = Delta(reasoning_content=diff["reasoning_content"] or None, content=diff["content"] or None)
+        if diff["index"] >= 0:
+            call = DeltaToolCall(index=diff["index"])
+            if diff["id"]:
+                call.id, call.type = diff["id"], "function"
+                self.calls = max(self.calls, diff["index"] + 1)
+            if diff["name"] or diff["arguments"]:
+                call.function = DeltaFunction(name=diff["name"] or None, arguments=diff["arguments"] or None)
+            delta.tool_calls = [call]
+        if delta.content is None and delta.reasoning_content is None and delta.tool_calls is None:
+            return None
+        return delta
 
 
 def render_prompt(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,
-                  tools: list[dict[str, Any]] | None) -> tuple[str, ChatTemplate]:
-    template = ChatTemplate.for_model(llama.model, chat_template)
-    if "<|channel|>" not in (template.source or ""):  # as llama.cpp: developer is system, but for GPT-OSS
-        messages = [{**m, "role": "system"} if m["role"] == "developer" else m for m in messages]
-    prefill = messages[-1]["content"] if messages[-1]["role"] == "assistant" else None
-    if prefill is not None and len(messages) > 1 and messages[-2]["role"] == "assistant":
-        raise InvalidParameterError("messages end with two assistant messages: only the last may be a prefill",
-                                    field=f"messages[{len(messages) - 1}]")
-    prompt = template.render(messages, add_generation_prompt=prefill is None, tools=tools)
-    if prefill:
-        # An assistant message last is the start of the reply: the prompt stops right after its text.
-        cut = prompt.rfind(prefill)
-        if cut < 0:
-            raise InvalidParameterError("the chat template dropped the last assistant message, so it cannot be "
-                                        "continued", field=f"messages[{len(messages) - 1}]")
-        prompt = prompt[: cut + len(prefill)]
-    if llama.model.add_bos and template.bos_token and prompt.startswith(template.bos_token):
-        # Tokenizing adds the BOS for such a model; llama.cpp drops the template's, so do we (no double BOS).
-        prompt = prompt[len(template.bos_token):]
-    return prompt, template
+                  tools: list[dict[str, Any]] | None) -> tuple[str, ChatPlan]:
+    """The prompt text of `messages` (what /apply-template answers), rendered by llama.cpp's chat layer."""
+    plan = plan_chat(llama, ChatSpec(messages, tools=tools, chat_template=chat_template), check_messages(messages))
+    return plan.params["prompt"], plan

@@ -1,71 +1,41 @@
-"""Chat templates: the GGUF's own Jinja template in a sandbox, or one of llama.cpp's built-in ones.
+"""Chat templates, rendered by llama.cpp's own Jinja engine (common/jinja of the pin, as llama-server does).
 
-    template = ChatTemplate.for_model(model)              # tokenizer.chat_template, else llama.cpp's default
+    template = ChatTemplate.for_model(model)              # tokenizer.chat_template, else llama.cpp's chatml
     prompt = template.render(messages, add_generation_prompt=True, tools=None)
 
-The Jinja environment is sandboxed and immutable (a template cannot reach Python
-objects or change its inputs) and has what the templates published with models use:
-`raise_exception`, `strftime_now`, `tojson`, `bos_token` / `eos_token`,
-`add_generation_prompt`, `tools`. A template that raises is a `ChatTemplateError`
-with the template's own message. A name instead of a template
-(`ChatTemplate.builtin("chatml")`) renders with llama.cpp's `llama_chat_apply_template`.
+The same engine renders every chat request (high/chat.py): a template renders here
+exactly as it does in llama-server, with `raise_exception`, `strftime_now`, `tojson`,
+`bos_token` / `eos_token`, `add_generation_prompt`, `tools` and any extra variables
+(`render(..., enable_thinking=False)`). A template that does not compile or raises is a
+`ChatTemplateError` with llama.cpp's message. A name instead of a template
+(`ChatTemplate.builtin("llama3")`) renders with llama.cpp's `llama_chat_apply_template`.
 """
 
 from __future__ import annotations
 
-import datetime
-import functools
-import json
 from typing import Any
 
-from ..blocks.chat_builtin import apply_builtin, builtin_names
+from ..blocks.chat_builtin import builtin_names
+from ..blocks.chat_layer import ChatTemplates
 from ..blocks.model import LlamaModel
 from ..errors import ChatTemplateError, InvalidParameterError
+from .chat import OWN_TEMPLATES
 
-
-def _raise_exception(message: str) -> None:
-    raise ChatTemplateError(f"the chat template refused the messages: {message}")
-
-
-def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
-    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.datetime.now().strftime(fmt)
-
-
-@functools.cache
-def _environment() -> Any:
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = _tojson
-    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
-    return env
-
-
-@functools.lru_cache(maxsize=64)
-def _compile(source: str) -> Any:
-    """The compiled template of `source`, once per source: compiling takes far longer than rendering, and a
-    server renders the same model's template for every chat request (a compiled template renders from any thread)."""
-    import jinja2
-
-    try:
-        return _environment().from_string(source)
-    except jinja2.TemplateError as exc:
-        raise ChatTemplateError(f"the chat template does not compile: {exc}") from None
+__all__ = ["ChatTemplate", "builtin_names"]
 
 
 class ChatTemplate:
-    """A Jinja chat template (`source`), or a llama.cpp built-in one (`name`)."""
+    """A Jinja chat template (`source`), or a llama.cpp built-in one (`name`), optionally of a model
+    (whose BOS/EOS tokens it gets, and whose BOS the prompt leaves out where tokenizing adds it)."""
 
     def __init__(self, source: str | None = None, name: str | None = None, bos_token: str = "",
-                 eos_token: str = ""):
+                 eos_token: str = "", model: LlamaModel | None = None):
         self.source, self.name = source, name
         self.bos_token, self.eos_token = bos_token, eos_token
-        self._compiled: Any = _compile(source) if source is not None else None
+        self._model = model
+        self._native = ChatTemplates(model, source if source is not None else name or "chatml", bos_token, eos_token)
+        if source is not None:
+            self.source = self._native.info["source"]
 
     @classmethod
     def builtin(cls, name: str) -> ChatTemplate:
@@ -83,25 +53,29 @@ class ChatTemplate:
             if not isinstance(override, str) or not override.strip():
                 raise InvalidParameterError("chat_template must be a Jinja template or a built-in name",
                                             field="chat_template")
+            override = OWN_TEMPLATES.get(override, override)
             if "{{" in override or "{%" in override:
-                return cls(override, **special)
-            return cls.builtin(override)
+                return cls(override, model=model, **special)
+            if override not in builtin_names():
+                cls.builtin(override)  # raises, naming the known ones
+            return cls(name=override, model=model, **special)
         source = model.chat_template
-        return cls(source, **special) if source else cls(name="chatml")
+        return cls(source, model=model, **special) if source else cls(name="chatml", model=model, **special)
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                tools: list[dict[str, Any]] | None = None, **extra: Any) -> str:
-        if self._compiled is None:
-            return apply_builtin(self.name, messages, add_generation_prompt)
-        import jinja2
-
+        request: dict[str, Any] = {"messages": messages, "add_generation_prompt": add_generation_prompt,
+                                   "prefill_assistant": False, "reasoning_format": "none"}
+        if tools:
+            request["tools"] = tools
+        if extra:
+            request["chat_template_kwargs"] = extra
+        if self.source is None and self.name not in (None, "chatml"):
+            request["use_jinja"] = False
         try:
-            return self._compiled.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                         tools=tools, bos_token=self.bos_token, eos_token=self.eos_token, **extra)
-        except ChatTemplateError:
-            raise
-        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError) as exc:
-            raise ChatTemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
+            return self._native.apply(request)["prompt"]
+        except InvalidParameterError as exc:
+            raise ChatTemplateError(f"the chat template failed: {exc}") from None
 
     def __repr__(self) -> str:
         return f"<ChatTemplate {'jinja' if self.source else self.name}>"

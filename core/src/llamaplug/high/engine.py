@@ -59,6 +59,8 @@ class Job:
     own_sampler: bool = False
     sink: Callable[[CompletionChunk | BaseException], None] = print
     media: Any = None  # an MtmdInputChunks (plugin llamaplug-mtmd) in place of `prompt`'s tokens
+    # Special tokens whose text the reply keeps (the chat layer's preserved tokens: a template's <tool_call>).
+    render_special: frozenset[int] = frozenset()
     cancelled: bool = False
     done: bool = False
     # Filled in while it runs.
@@ -469,7 +471,7 @@ class Engine:
             return token
         job.produced += 1
         self.stats.generated_tokens += 1
-        new = job.text.feed(model.token_to_piece(token))
+        new = job.text.feed(model.token_to_piece(token, token in job.render_special))
         reason = None
         if job.text.stopped:
             reason = StopReason.STOP_SEQUENCE

@@ -254,26 +254,35 @@ class Llama:
         tool_choice: str | dict[str, Any] | None = None,
         response_format: ResponseFormat | None = None,
         chat_template: str | None = None,
+        reasoning_format: str | None = None,
+        reasoning_effort: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        parallel_tool_calls: bool | None = None,
     ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
         """Reply to `messages` (OpenAI's shape) through the model's own chat template.
 
-        `chat_template` overrides it (a Jinja template, or a name llama.cpp knows:
-        chat_template.builtin_names()); a GGUF without one uses llama.cpp's chatml.
-        `tools` go to the template and calls in the reply come back as
-        message.tool_calls (formats: tool_calls.py); tool_choice "required" or a named
-        function is enforced by a grammar. A tool may be a Python function: its JSON schema
+        The prompt, the tool-call grammar and the reading of the reply are llama.cpp's own chat
+        layer's (common/chat.h, as llama-server): every template it knows. `chat_template`
+        overrides the GGUF's (a Jinja template, or a name llama.cpp knows: chat_builtin.builtin_names());
+        a GGUF without one uses llama.cpp's chatml. `tools` go to the template and calls in the reply
+        come back as message.tool_calls; tool_choice "required" or a named function is enforced by
+        a grammar, "auto" by a lazy one (from the template's call marker on). The model's thinking
+        comes back in message.reasoning_content (`reasoning_format="none"` keeps it in content);
+        `chat_template_kwargs` (e.g. {"enable_thinking": False}) and `reasoning_effort` go to the
+        template. A tool may be a Python function: its JSON schema
         comes from its signature and docstring (tool_schema.function_tool). Streamed, calls come
         as delta.tool_calls (see chat.ChatStream). `response_format` may be a pydantic model:
         the reply is constrained to its JSON schema and message.parsed is the validated object
         (ReplyValidationError names the field that does not fit; not when streamed).
         max_tokens=None generates until the end of the turn.
         """
-        job, kind = chat_job(self, messages, max_tokens, sampler, stop, tools, tool_choice, response_format,
-                             chat_template)
+        job, plan = chat_job(self, messages, max_tokens, sampler, stop, tools, tool_choice, response_format,
+                             chat_template, reasoning_format=reasoning_format, reasoning_effort=reasoning_effort,
+                             chat_template_kwargs=chat_template_kwargs, parallel_tool_calls=parallel_tool_calls)
         name = self.params.model_path.name
         if stream:
-            return as_chunks(events.chunks(self._engine, job), name, kind)
-        return as_chat(collect(events.gather_chunks(self._engine, job), job.prompt), name, kind, response_format)
+            return as_chunks(events.chunks(self._engine, job), name, plan)
+        return as_chat(collect(events.gather_chunks(self._engine, job), job.prompt), name, plan, response_format)
 
     def create_chat_completions(
         self,
@@ -289,15 +298,15 @@ class Llama:
         """Reply to every conversation in shared batches (see create_completions); replies in their order."""
         if isinstance(conversations, (str, bytes)) or not isinstance(conversations, Sequence):
             raise InvalidParameterError("conversations must be a list of message lists", field="conversations")
-        jobs, kinds = [], []
+        jobs, plans = [], []
         for messages, (chain, own) in zip(conversations, samplers_for(self, len(conversations), sampler)):
-            job, kind = chat_job(self, messages, max_tokens, chain, stop, tools, tool_choice, response_format,
+            job, plan = chat_job(self, messages, max_tokens, chain, stop, tools, tool_choice, response_format,
                                  chat_template, own)
             jobs.append(job)
-            kinds.append(kind)
+            plans.append(plan)
         name = self.params.model_path.name
         done = collect_many(events.gather(self._engine, jobs), jobs)
-        return [as_chat(completion, name, kind, response_format) for completion, kind in zip(done, kinds)]
+        return [as_chat(completion, name, plan, response_format) for completion, plan in zip(done, plans)]
 
 
 def _open_projector(params: LlamaParams, model: LlamaModel) -> Projector | None:

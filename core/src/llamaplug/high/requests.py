@@ -16,17 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..blocks.chat_layer import grammar_triggers, preserved_tokens
 from ..blocks.grammar import Grammar
 from ..blocks.sampling import LlamaSampler, SamplerChain
 from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import SamplerParams
 from ..plugin_api import MediaPrompt
-from .chat import check_messages, render, render_prompt
+from .chat import ChatPlan, ChatSpec, check_messages, plan_chat, response_schema
 from .completion import Completion, CompletionChunk, TokenLogprob
 from .engine import Job
-from .structured import ResponseFormat, as_response_format
-from .tool_calls import check_tools, grammar_for
-from .tool_calls import family as tool_family
+from .structured import ResponseFormat
 from .tool_schema import ToolSpec
 
 if TYPE_CHECKING:
@@ -99,13 +98,72 @@ def chat_job(llama: Llama, messages: list[dict[str, Any]], max_tokens: int | Non
              sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
              tools: list[ToolSpec] | None = None, tool_choice: str | dict[str, Any] | None = None,
              response_format: ResponseFormat | None = None, chat_template: str | None = None,
-             own_sampler: bool = False) -> tuple[Job, str | None]:
-    """A checked reply to `messages` (see Llama.create_chat_completion), and the tool-call family to parse it with.
+             own_sampler: bool = False, **options: Any) -> tuple[Job, ChatPlan]:
+    """A checked reply to `messages` (see Llama.create_chat_completion), and the plan to read the reply with.
 
-    The family (None without tools) goes to chat.as_chat / ChatStream with the job's chunks.
+    `options` are ChatSpec's other fields (reasoning_format, enable_thinking, chat_template_kwargs,
+    reasoning_effort, parallel_tool_calls, grammar, json_schema, continue_final_message, ...). The
+    plan goes to chat.as_chat / ChatStream with the job's chunks.
     """
-    prompt, sampler, kind = _chat_prompt(llama, messages, sampler, tools, tool_choice, response_format, chat_template)
-    return completion_job(llama, prompt, max_tokens, sampler, stop, None, False, response_format, own_sampler), kind
+    try:
+        spec = ChatSpec(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
+                        chat_template=chat_template, **options)
+    except TypeError as exc:
+        raise InvalidParameterError(f"unknown chat option: {exc}", field="options") from None
+    return prepare_chat(llama, spec, max_tokens, sampler, stop, own_sampler)
+
+
+def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sampler: LlamaSampler | None = None,
+                 stop: str | list[str] | None = None, own_sampler: bool = False) -> tuple[Job, ChatPlan]:
+    """The job of one chat request, with the prompt, grammar, stops and special tokens llama.cpp's chat layer
+    gives for it (the same for every face: Llama, AsyncLlama, every HTTP API, Ray replicas)."""
+    model = llama.model
+    projector = llama.projector
+    if projector is not None and projector.has_media(spec.messages):
+        prompt, plan = projector.chat_prompt(spec.messages, lambda flat: _render(llama, spec, flat))
+    else:
+        plan = plan_chat(llama, spec)
+        prompt = model.tokenize(plan.params["prompt"], model.add_bos, special=True)
+    params = plan.params
+
+    def tokenize(text: str) -> list[int]:
+        return model.tokenize(text, False, True)
+
+    if params["grammar"]:
+        sampler = sampler if sampler is not None else SamplerChain().greedy()
+        if not isinstance(sampler, SamplerChain):
+            raise InvalidParameterError("tools or response_format need a SamplerChain (or no sampler)",
+                                        field="sampler")
+        if params["grammar_lazy"]:
+            patterns, triggers = grammar_triggers(params, tokenize)
+            sampler = sampler.constrained(params["grammar"], trigger_patterns=patterns, trigger_tokens=triggers)
+        else:
+            sampler = sampler.constrained(params["grammar"], prefill=_prefill_tokens(model, params))
+        own_sampler = True
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    job = completion_job(llama, prompt, max_tokens, sampler, stops + list(params["additional_stops"]), None, False,
+                         None, own_sampler)
+    job.render_special = frozenset(preserved_tokens(params, tokenize))
+    return job, plan
+
+
+def _render(llama: Llama, spec: ChatSpec, flat: list[dict[str, Any]]) -> tuple[str, ChatPlan]:
+    plan = plan_chat(llama, spec, check_messages(flat))
+    return plan.params["prompt"], plan
+
+
+def _prefill_tokens(model: Any, params: dict[str, Any]) -> list[int]:
+    """The generation prompt's tokens, for a grammar that starts at the template's generation prompt
+    (common/sampling.cpp: a leading space some tokenizers add before a special token is left out)."""
+    text = params["generation_prompt"]
+    if not text:
+        return []
+    tokens = model.tokenize(text, False, True)
+    if tokens and not text[0].isspace():
+        first = model.token_to_piece(tokens[0], True)
+        if first[:1].isspace():
+            tokens = tokens[1:]
+    return tokens
 
 
 def samplers_for(llama: Llama, n: int, sampler: Samplers) -> list[tuple[LlamaSampler | None, bool]]:
@@ -161,58 +219,10 @@ def collect_many(events: Iterable[tuple[int, CompletionChunk]], jobs: Sequence[J
 
 def response_grammar(response_format: ResponseFormat | None) -> Grammar | None:
     """The grammar an OpenAI-shaped response_format (or a pydantic model) asks for (None: free text)."""
-    response_format = as_response_format(response_format)
     if response_format is None:
         return None
-    if not isinstance(response_format, dict) or "type" not in response_format:
-        raise InvalidParameterError('response_format must be a dict with a "type"', field="response_format")
-    kind = response_format["type"]
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        schema = response_format.get("schema", {"type": "object"})
-    elif kind == "json_schema":
-        spec = response_format.get("json_schema")
-        if not isinstance(spec, dict) or "schema" not in spec:
-            raise InvalidParameterError('response_format json_schema needs {"json_schema": {"schema": {...}}}',
-                                        field="response_format.json_schema")
-        schema = spec["schema"]
-    else:
-        raise InvalidParameterError(f"response_format type {kind!r} is not text, json_object or json_schema",
-                                    field="response_format.type")
-    return Grammar.from_json_schema(schema)
-
-
-def _chat_prompt(llama: Llama, messages: list[dict[str, Any]], sampler: LlamaSampler | None,
-                 tools: list[ToolSpec] | None, tool_choice: str | dict[str, Any] | None,
-                 response_format: ResponseFormat | None, chat_template: str | None
-                 ) -> tuple[Any, LlamaSampler | None, str | None]:
-    """The rendered prompt, the sampler (constrained for a forced tool call) and the tool-call family."""
-    if tool_choice not in (None, "auto", "none", "required") and not isinstance(tool_choice, dict):
-        raise InvalidParameterError(f'tool_choice must be "auto", "none", "required" or {{"type": "function", '
-                                    f'"function": {{"name": ...}}}}, got {tool_choice!r}', field="tool_choice")
-    if tools is not None:
-        tools = check_tools(tools)
-    elif tool_choice not in (None, "auto", "none"):
-        raise InvalidParameterError("tool_choice needs tools", field="tool_choice")
-    use_tools = tools is not None and tool_choice != "none"
-    projector = llama.projector
-    if projector is not None and projector.has_media(messages):
-        tokens, template = projector.chat_prompt(messages, lambda flat: render_prompt(
-            llama, check_messages(flat), chat_template, tools if use_tools else None))
-    else:
-        tokens, template = render(llama, check_messages(messages), chat_template, tools if use_tools else None)
-    kind = tool_family(template) if use_tools else None
-    if use_tools and tool_choice not in (None, "auto"):
-        if response_format is not None:
-            raise InvalidParameterError("a forced tool call and response_format exclude each other",
-                                        field="response_format")
-        grammar = Grammar(grammar_for(tools, tool_choice, kind))
-        sampler = (sampler if sampler is not None else SamplerChain().greedy())
-        if not isinstance(sampler, SamplerChain):
-            raise InvalidParameterError("a forced tool call needs a SamplerChain (or no sampler)", field="sampler")
-        sampler = sampler.constrained(grammar)
-    return tokens, sampler, kind
+    schema = response_schema(response_format)
+    return None if schema is None else Grammar.from_json_schema(schema)
 
 
 def _is_media(prompt: Any) -> bool:

@@ -137,7 +137,7 @@ def _entries(body: list[str], numpy: bool) -> dict[str, str]:
 def _inlined(schema: Any, defs: dict[str, Any], seen: tuple[str, ...], where: str) -> Any:
     """`schema` with each "#/$defs/X" reference replaced by X itself.
 
-    A tool's parameters must stand alone: a forced call's grammar (tool_calls.grammar_for)
+    A tool's parameters must stand alone: the chat layer's tool-call grammar
     nests them inside a larger schema, where a reference to the root would point at nothing.
     """
     if isinstance(schema, list):

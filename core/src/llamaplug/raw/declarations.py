@@ -61,15 +61,41 @@ static int llamaplug_sampler_sample_grammar(struct llama_sampler *, struct llama
                                             int32_t, llama_token_data *, size_t, llama_token *);
 int llamaplug_fit_params(const char *, struct llama_model_params *, struct llama_context_params *, float *,
                          struct llama_model_tensor_buft_override *, size_t *, uint32_t);
+/* core/native/chat_shim.cpp, in libllamaplug-common: llama.cpp's chat layer (common/chat.h) and JSON-schema
+   converter, JSON in and out; strings it returns (and *err) are freed with llamaplug_chat_string_free. */
+void llamaplug_chat_string_free(char *);
+void * llamaplug_chat_templates_new(const struct llama_model *, const char *, const char *, const char *, char **);
+void llamaplug_chat_templates_free(void *);
+char * llamaplug_chat_templates_info(void *, char **);
+char * llamaplug_chat_apply(void *, const char *, char **);
+char * llamaplug_chat_parse(const char *, const char *, int, char **);
+void * llamaplug_chat_stream_new(const char *, char **);
+void llamaplug_chat_stream_free(void *);
+char * llamaplug_chat_stream_update(void *, const char *, int, char **);
+char * llamaplug_json_schema_to_grammar(const char *, char **);
+int llamaplug_chat_grammar_prefill(struct llama_sampler *, const llama_token *, size_t, char **);
 """
 C_HELPERS_SOURCE = """
 #include "ggml-cpu.h"
 #include <math.h>
 #include <signal.h>
 
-/* core/native/fit_shim.cpp, in libllamaplug-fit: llama.cpp's common/fit.cpp behind one C function. */
+/* core/native/fit_shim.cpp, in libllamaplug-common: llama.cpp's common/fit.cpp behind one C function. */
 int llamaplug_fit_params(const char *, struct llama_model_params *, struct llama_context_params *, float *,
                          struct llama_model_tensor_buft_override *, size_t *, uint32_t);
+/* core/native/chat_shim.cpp, in libllamaplug-common: llama.cpp's chat layer (common/chat.h) and JSON-schema
+   converter, JSON in and out; strings it returns (and *err) are freed with llamaplug_chat_string_free. */
+void llamaplug_chat_string_free(char *);
+void * llamaplug_chat_templates_new(const struct llama_model *, const char *, const char *, const char *, char **);
+void llamaplug_chat_templates_free(void *);
+char * llamaplug_chat_templates_info(void *, char **);
+char * llamaplug_chat_apply(void *, const char *, char **);
+char * llamaplug_chat_parse(const char *, const char *, int, char **);
+void * llamaplug_chat_stream_new(const char *, char **);
+void llamaplug_chat_stream_free(void *);
+char * llamaplug_chat_stream_update(void *, const char *, int, char **);
+char * llamaplug_json_schema_to_grammar(const char *, char **);
+int llamaplug_chat_grammar_prefill(struct llama_sampler *, const llama_token *, size_t, char **);
 
 static void llamaplug_log_discard(enum ggml_log_level level, const char * text, void * user_data) {
     (void) level; (void) text; (void) user_data;

@@ -100,6 +100,13 @@ class OutputConfig(_Body):
     format: JsonOutputFormat | None = None  # structured output; `effort` is ignored
 
 
+class ThinkingConfig(_Body):
+    """Extended thinking: on ("enabled") or off; the budget is not enforced."""
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = Field(None, ge=0)
+
+
 class MessagesRequest(_Body):
     model: str
     messages: list[InputMessage] = Field(min_length=1)
@@ -114,6 +121,17 @@ class MessagesRequest(_Body):
     tool_choice: ToolChoice | None = None
     metadata: dict[str, Any] | None = None
     output_config: OutputConfig | None = None
+    thinking: ThinkingConfig | None = None
+
+    def enable_thinking(self) -> bool | None:
+        """Thinking on or off as the request asks (None: the server's default)."""
+        return None if self.thinking is None else self.thinking.type == "enabled"
+
+
+class ThinkingOut(BaseModel):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = ""
 
 
 class TextOut(BaseModel):
@@ -142,7 +160,7 @@ class MessageResponse(BaseModel):
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
     model: str
-    content: list[Annotated[TextOut | ToolUseOut, Field(discriminator="type")]]
+    content: list[Annotated[ThinkingOut | TextOut | ToolUseOut, Field(discriminator="type")]]
     stop_reason: StopReason | None
     stop_sequence: str | None
     usage: MessageUsage

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..high.chat import ChatSettings
 from ..high.llama import Llama
 from . import errors
 from .metrics import Metrics
@@ -30,15 +31,20 @@ from .routes import ROUTERS
 
 
 def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = None,
-               pooling: str | None = None, n_predict: int = -1, slot_save_path: str | None = None) -> FastAPI:
+               pooling: str | None = None, n_predict: int = -1, slot_save_path: str | None = None,
+               chat_template: str | None = None, chat: ChatSettings | None = None) -> FastAPI:
     """The ASGI app serving `llama` (closed when the app shuts down).
 
     `pooling` for /v1/embeddings: default the model's own, and mean for a model that has
     none (a generative model: OpenAI's shape has one vector per input, not one per token).
     `n_predict`: tokens a request that gives no limit may generate, on every route (llama-server's -n;
     -1: until the end). `slot_save_path`: the folder of POST /slots' files (None: save/restore refused).
+    `chat_template` overrides the GGUF's; `chat`: the server's chat defaults (--reasoning-format, ...).
     """
-    app = create_app_for(ModelRegistry([Served.of(llama, model_id, pooling)]), api_key, n_predict, slot_save_path)
+    served = Served.of(llama, model_id, pooling, chat_template)
+    if chat is not None:
+        served.chat = chat
+    app = create_app_for(ModelRegistry([served]), api_key, n_predict, slot_save_path)
     app.state.llama = llama
     return app
 

@@ -7,7 +7,7 @@ llama-server has and we do not read are ignored, as llama-server ignores unknown
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,7 +80,26 @@ class DetokenizeRequest(_Native):
 
 
 class ApplyTemplateRequest(_Native):
+    """What /v1/chat/completions takes that shapes the prompt (llama-server renders the same fields here)."""
+
     messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    json_schema: dict[str, Any] | None = None
+    grammar: str | None = None
+    reasoning_format: Literal["none", "auto", "deepseek", "deepseek-legacy"] | None = None
+    reasoning_effort: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+
+    def chat_fields(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("tools", "tool_choice", "parallel_tool_calls", "response_format",
+                                              "json_schema", "grammar", "reasoning_format", "reasoning_effort",
+                                              "chat_template_kwargs", "add_generation_prompt",
+                                              "continue_final_message")}
 
 
 class RerankRequest(_Native):

@@ -34,6 +34,7 @@ from typing import Any
 
 from ..errors import InvalidParameterError, LlamaError
 from ..high.async_llama import AsyncLlama
+from ..high.chat import ChatSettings
 from ..high.engine import Engine
 from ..high.llama import Llama
 from ..params import LlamaParams
@@ -72,10 +73,16 @@ class Served:
     pooling: str | None = None  # for /v1/embeddings (see create_app)
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     chat_template: str | None = None
+    chat: ChatSettings = dataclasses.field(default_factory=ChatSettings)
     allama: AsyncLlama = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.allama = AsyncLlama(self.llama)
+
+    def chat_options(self, **given: Any) -> dict[str, Any]:
+        """The keyword arguments of a chat request (high.requests.chat_job's options): the request's fields
+        (None: not given), then this model's template and the server's chat defaults, filled in once here."""
+        return self.chat.options(self.chat_template, **given)
 
     @classmethod
     def of(cls, llama: Llama, name: str | None = None, pooling: str | None = None,
@@ -123,13 +130,15 @@ class ModelRegistry:
 
     def __init__(self, models: list[Served] | None = None, specs: list[ModelSpec] | None = None, *,
                  max_loaded: int | None = None, keep_alive: float | None = None, sleep_idle: float | None = None,
-                 max_queue: int = DEFAULT_MAX_QUEUE, loader: Callable[[LlamaParams], Llama] = Llama.load):
+                 max_queue: int = DEFAULT_MAX_QUEUE, loader: Callable[[LlamaParams], Llama] = Llama.load,
+                 chat: ChatSettings | None = None):
         if max_loaded is not None and max_loaded < 1:
             raise InvalidParameterError(f"max_loaded (--max-loaded) must be at least 1, not {max_loaded}",
                                         field="max_loaded")
         if max_queue < 1:
             raise InvalidParameterError(f"max_queue (--max-queue) must be at least 1, not {max_queue}",
                                         field="max_queue")
+        self.chat = chat or ChatSettings()  # the server's chat defaults (given models keep their own)
         self._entries: dict[str, _Entry] = {}
         self._names: dict[str, _Entry] = {}  # ids and aliases
         for entry in [_Entry(None, s) for s in models or []] + [_Entry(s, None) for s in specs or []]:
@@ -274,7 +283,7 @@ class ModelRegistry:
         assert entry.spec is not None and entry.served is None
         llama = self._loader(entry.spec.params)
         entry.served = Served(entry.id, llama, entry.spec.pooling or _own_pooling(llama), entry.created,
-                              entry.spec.chat_template)
+                              entry.spec.chat_template, self.chat)
         entry.state = ModelState.LOADED
         return entry.served
 
@@ -319,7 +328,7 @@ class ModelRegistry:
                 log.info("loading %s (%s)", spec.id, spec.params.model_path)
                 llama = await asyncio.to_thread(self._loader, spec.params)
                 entry.served = Served(spec.id, llama, spec.pooling or _own_pooling(llama), entry.created,
-                                      spec.chat_template)
+                                      spec.chat_template, self.chat)
                 entry.state = ModelState.LOADED
                 entry.last_used = time.monotonic()
         except LlamaError as exc:

@@ -88,6 +88,11 @@ class TextConfig(_Body):
     format: TextFormat | None = None
 
 
+class ReasoningConfig(_Body):
+    effort: str | None = None  # given to the template as reasoning_effort ("none": thinking off)
+    summary: str | None = None
+
+
 class ResponsesRequest(_Body):
     model: str | None = None
     input: str | Annotated[list[InputItem], Field(min_length=1)]
@@ -102,6 +107,7 @@ class ResponsesRequest(_Body):
     text: TextConfig | None = None
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
+    reasoning: ReasoningConfig | None = None
 
 
 class OutputTextPart(BaseModel):
@@ -120,6 +126,22 @@ class OutputMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     status: ItemStatus
     content: list[OutputTextPart]
+
+
+class ReasoningTextPart(BaseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ReasoningOut(BaseModel):
+    """The model's thinking (llama-server's reasoning item: the text in `content`, no summary)."""
+
+    id: str
+    type: Literal["reasoning"] = "reasoning"
+    summary: list[Any] = []
+    content: list[ReasoningTextPart]
+    encrypted_content: str = ""
+    status: ItemStatus
 
 
 class FunctionCallOut(BaseModel):
@@ -157,7 +179,7 @@ class ResponseObject(BaseModel):
     created_at: int
     status: Literal["in_progress", "completed", "incomplete", "failed"]
     model: str
-    output: list[Annotated[OutputMessage | FunctionCallOut, Field(discriminator="type")]]
+    output: list[Annotated[ReasoningOut | OutputMessage | FunctionCallOut, Field(discriminator="type")]]
     usage: ResponseUsage | None = None
     error: dict[str, Any] | None = None
     incomplete_details: IncompleteDetails | None = None

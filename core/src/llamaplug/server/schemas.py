@@ -56,6 +56,26 @@ class ChatRequest(_Request):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     logprobs: Literal[False] | None = None
+    # llama-server's chat-layer fields (common/chat.h): the template's reasoning and tool-call switches.
+    parallel_tool_calls: bool | None = None
+    reasoning_format: Literal["none", "auto", "deepseek", "deepseek-legacy"] | None = Field(
+        None, description="where the model's thinking goes: reasoning_content (auto, deepseek), inline (none)")
+    reasoning_effort: str | None = Field(None, description='given to the template; "none" turns thinking off')
+    chat_template_kwargs: dict[str, Any] | None = Field(None, description="extra variables for the chat template "
+                                                        "(e.g. enable_thinking)")
+    grammar: str | None = Field(None, description="GBNF grammar the reply must follow (llama-server's field)")
+    json_schema: dict[str, Any] | None = Field(None, description="JSON schema the reply must follow (llama-server's "
+                                               "field; response_format's json_schema does the same)")
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+
+    def chat_fields(self) -> dict[str, Any]:
+        """The chat layer's fields of this request (None: not given), for Served.chat_options."""
+        return {"parallel_tool_calls": self.parallel_tool_calls, "reasoning_format": self.reasoning_format,
+                "reasoning_effort": self.reasoning_effort, "chat_template_kwargs": self.chat_template_kwargs,
+                "grammar": self.grammar, "json_schema": self.json_schema,
+                "add_generation_prompt": self.add_generation_prompt,
+                "continue_final_message": self.continue_final_message}
 
 
 class EmbeddingRequest(BaseModel):

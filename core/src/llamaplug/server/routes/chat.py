@@ -27,12 +27,12 @@ async def chat(body: ChatRequest, request: Request,
     limit = token_limit(request, body.max_completion_tokens if body.max_completion_tokens is not None
                         else body.max_tokens)
     sampler = body.sampling(llama.params.seed).build_chain(llama.model)
-    job, kind = chat_job(llama, body.messages, limit, sampler, body.stop, body.tools, body.tool_choice,
-                         body.response_format, served.chat_template, own_sampler=True)
+    job, plan = chat_job(llama, body.messages, limit, sampler, body.stop, body.tools, body.tool_choice,
+                         body.response_format, own_sampler=True, **served.chat_options(**body.chat_fields()))
     if body.stream:
-        return sse(_events(served, job, ChatStream(served.id, kind)))
+        return sse(_events(served, job, ChatStream(served.id, plan)))
     pieces = await unless_gone(request, agather_chunks(llama.engine, job))
-    return as_chat(collect(pieces, job.prompt), served.id, kind)
+    return as_chat(collect(pieces, job.prompt), served.id, plan)
 
 
 async def _events(served: Served, job: Job, stream: ChatStream) -> AsyncIterator[str]:

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...errors import LlamaError
-from ...high.chat import ChatStream, as_chat
+from ...high.chat import ChatPlan, ChatStream, as_chat
 from ...high.completion import CompletionChunk, CompletionTimings, StopReason
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
@@ -35,6 +35,7 @@ from ..anthropic_schemas import (
     MessageUsage,
     TextBlock,
     TextOut,
+    ThinkingOut,
     ToolResultBlock,
     ToolUseBlock,
     ToolUseOut,
@@ -73,17 +74,20 @@ async def messages(body: MessagesRequest, request: Request,
     llama = served.llama
     chat = as_chat_request(body)
     sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
-    job, kind = chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
-                         chat.response_format, own_sampler=True)
+    job, plan = chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
+                         chat.response_format, own_sampler=True,
+                         **served.chat_options(enable_thinking=body.enable_thinking()))
     ident = f"msg_{uuid.uuid4().hex[:24]}"
     if body.stream:
-        return named_sse(_events(served, job, kind, ident), _stream_error)
+        return named_sse(_events(served, job, plan, ident), _stream_error)
     done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
-    chat_reply = as_chat(done, served.id, kind).choices[0]
+    chat_reply = as_chat(done, served.id, plan).choices[0]
     reason, sequence = _stop(chat_reply.finish_reason, done.stop_reason,
                              lambda: _matched_stop(served, done.text, done.tokens, job.stops))
     reply = chat_reply.message
-    content: list[TextOut | ToolUseOut] = [TextOut(text=reply.content)] if reply.content else []
+    content: list[ThinkingOut | TextOut | ToolUseOut] = \
+        [ThinkingOut(thinking=reply.reasoning_content)] if reply.reasoning_content else []
+    content += [TextOut(text=reply.content)] if reply.content else []
     content += [ToolUseOut(id=_tool_id(c.id), name=c.function.name, input=_tool_input(c.function.arguments))
                 for c in reply.tool_calls or []]
     return MessageResponse(id=ident, model=served.id, content=content, stop_reason=reason, stop_sequence=sequence,
@@ -192,13 +196,55 @@ def _event(payload: dict[str, Any]) -> tuple[str, str]:
     return payload["type"], json.dumps(payload, ensure_ascii=False)
 
 
-async def _events(served: Served, job: Job, kind: str | None, ident: str) -> AsyncIterator[tuple[str, str]]:
+class _Blocks:
+    """Anthropic's content blocks of a streamed reply: thinking, text and tool_use blocks opened and closed as
+    the chat deltas arrive (a call's arguments go out as input_json_delta pieces as they are generated)."""
+
+    def __init__(self) -> None:
+        self.index, self.open = 0, None  # the open block: "thinking", "text", or a tool call's index
+
+    def _start(self, kind: Any, block: dict[str, Any]) -> list[tuple[str, str]]:
+        out = self.close()
+        self.open = kind
+        return out + [_event({"type": "content_block_start", "index": self.index, "content_block": block})]
+
+    def close(self) -> list[tuple[str, str]]:
+        if self.open is None:
+            return []
+        self.open = None
+        self.index += 1
+        return [_event({"type": "content_block_stop", "index": self.index - 1})]
+
+    def _delta(self, delta: dict[str, Any]) -> tuple[str, str]:
+        return _event({"type": "content_block_delta", "index": self.index, "delta": delta})
+
+    def feed(self, delta: Any) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        if delta.reasoning_content:
+            if self.open != "thinking":
+                out += self._start("thinking", {"type": "thinking", "thinking": ""})
+            out.append(self._delta({"type": "thinking_delta", "thinking": delta.reasoning_content}))
+        if delta.content:
+            if self.open != "text":
+                out += self._start("text", {"type": "text", "text": ""})
+            out.append(self._delta({"type": "text_delta", "text": delta.content}))
+        for call in delta.tool_calls or []:
+            if call.id is not None:
+                out += self._start(("tool", call.index), {"type": "tool_use", "id": _tool_id(call.id),
+                                                          "name": call.function.name if call.function else "",
+                                                          "input": {}})
+            if call.function is not None and call.function.arguments and self.open == ("tool", call.index):
+                out.append(self._delta({"type": "input_json_delta", "partial_json": call.function.arguments}))
+        return out
+
+
+async def _events(served: Served, job: Job, plan: ChatPlan, ident: str) -> AsyncIterator[tuple[str, str]]:
     start = MessageResponse(id=ident, model=served.id, content=[], stop_reason=None, stop_sequence=None,
                             usage=MessageUsage(input_tokens=job.n_prompt, output_tokens=0))
     yield _event({"type": "message_start", "message": start.model_dump()})
     yield _event({"type": "ping"})
-    stream = ChatStream(served.id, kind)
-    index, text_open = 0, False
+    stream = ChatStream(served.id, plan)
+    blocks = _Blocks()
     texts: list[str] = []
     tokens: list[int] = []
     last: CompletionChunk | None = None
@@ -208,25 +254,11 @@ async def _events(served: Served, job: Job, kind: str | None, ident: str) -> Asy
         tokens += piece.tokens
         last = piece
         for out in stream.feed(piece):
-            delta = out.choices[0].delta
             finish = out.choices[0].finish_reason or finish
-            if delta.content:
-                if not text_open:
-                    yield _event({"type": "content_block_start", "index": index,
-                                  "content_block": {"type": "text", "text": ""}})
-                    text_open = True
-                yield _event({"type": "content_block_delta", "index": index,
-                              "delta": {"type": "text_delta", "text": delta.content}})
-            if (delta.tool_calls or out.choices[0].finish_reason) and text_open:
-                yield _event({"type": "content_block_stop", "index": index})
-                index, text_open = index + 1, False
-            for call in delta.tool_calls or []:
-                yield _event({"type": "content_block_start", "index": index, "content_block": {
-                    "type": "tool_use", "id": _tool_id(call.id), "name": call.function.name, "input": {}}})
-                yield _event({"type": "content_block_delta", "index": index, "delta": {
-                    "type": "input_json_delta", "partial_json": json.dumps(_tool_input(call.function.arguments))}})
-                yield _event({"type": "content_block_stop", "index": index})
-                index += 1
+            for event in blocks.feed(out.choices[0].delta):
+                yield event
+    for event in blocks.close():
+        yield event
     assert last is not None and last.timings is not None  # achunks ends with the final chunk
     text = "".join(texts)
     reason, sequence = _stop(finish, last.stop_reason, lambda: _matched_stop(served, text, tokens, job.stops))

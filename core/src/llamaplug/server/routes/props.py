@@ -33,7 +33,7 @@ router = APIRouter()
 @router.get("/props", responses=ERROR_RESPONSES)
 async def props(served: Annotated[Served, Depends(queried_model)]) -> dict[str, Any]:
     llama, model = served.llama, served.llama.model
-    template = ChatTemplate.for_model(model)
+    template = ChatTemplate.for_model(model, served.chat_template)
     defaults = llama.params
     return {
         "default_generation_settings": {"params": {"seed": defaults.seed, "n_predict": -1},

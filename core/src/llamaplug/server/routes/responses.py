@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 
 from ...errors import LlamaError
-from ...high.chat import ChatStream, as_chat
+from ...high.chat import ChatPlan, ChatStream, as_chat
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
@@ -37,6 +37,8 @@ from ..responses_schemas import (
     InputTokensDetails,
     OutputMessage,
     OutputTextPart,
+    ReasoningOut,
+    ReasoningTextPart,
     ResponseObject,
     ResponsesRequest,
     ResponseUsage,
@@ -57,15 +59,19 @@ async def responses(body: ResponsesRequest, request: Request,
     llama = served.llama
     chat = as_chat_request(body)
     sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
-    job, kind = chat_job(llama, chat.messages, token_limit(request, chat.max_tokens), sampler, None, chat.tools,
-                         chat.tool_choice, chat.response_format, own_sampler=True)
+    effort = body.reasoning.effort if body.reasoning is not None else None
+    job, plan = chat_job(llama, chat.messages, token_limit(request, chat.max_tokens), sampler, None, chat.tools,
+                         chat.tool_choice, chat.response_format, own_sampler=True,
+                         **served.chat_options(reasoning_effort=effort, parallel_tool_calls=body.parallel_tool_calls))
     reply = _Reply(served, body)
     if body.stream:
-        return named_sse(_events(served, reply, job, kind), reply.error)
+        return named_sse(_events(served, reply, job, plan), reply.error)
     done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
-    choice = as_chat(done, served.id, kind).choices[0]
+    choice = as_chat(done, served.id, plan).choices[0]
     incomplete = choice.finish_reason == "length"
-    items: list[OutputMessage | FunctionCallOut] = []
+    items: list[ReasoningOut | OutputMessage | FunctionCallOut] = []
+    if choice.message.reasoning_content:
+        items.append(reply.reasoning(choice.message.reasoning_content, "completed"))
     if choice.message.content:
         items.append(reply.message(choice.message.content, "incomplete" if incomplete else "completed"))
     items += [reply.call(c, "completed") for c in choice.message.tool_calls or []]
@@ -132,11 +138,15 @@ class _Reply:
         return OutputMessage(id=f"msg_{uuid.uuid4().hex}", status=status,  # type: ignore[arg-type]
                              content=[OutputTextPart(text=text)])
 
+    def reasoning(self, text: str, status: str) -> ReasoningOut:
+        return ReasoningOut(id=f"rs_{uuid.uuid4().hex}", status=status,  # type: ignore[arg-type]
+                            content=[ReasoningTextPart(text=text)] if text else [])
+
     def call(self, call: ToolCall, status: str) -> FunctionCallOut:
         return FunctionCallOut(id=f"fc_{uuid.uuid4().hex}", call_id=call.id, name=call.function.name,
                                arguments=call.function.arguments, status=status)  # type: ignore[arg-type]
 
-    def response(self, items: list[OutputMessage | FunctionCallOut] | None, incomplete: bool = False,
+    def response(self, items: list[ReasoningOut | OutputMessage | FunctionCallOut] | None, incomplete: bool = False,
                  n_prompt: int = 0, n_out: int = 0, n_cached: int = 0) -> ResponseObject:
         """The response object; `items` None: still running (no usage yet)."""
         body = self.body
@@ -168,52 +178,95 @@ class _Reply:
         return self.event("error", code=error.code, message=str(error), param=error.param)
 
 
-async def _events(served: Served, reply: _Reply, job: Job, kind: str | None) -> AsyncIterator[tuple[str, str]]:
+class _Items:
+    """The output items of a streamed response as the chat deltas arrive: a reasoning item, a message item,
+    function_call items whose arguments go out piece by piece (llama-server's event order)."""
+
+    def __init__(self, reply: _Reply):
+        self.reply, self.items = reply, []  # type: list[ReasoningOut | OutputMessage | FunctionCallOut]
+        self.open: Any = None  # "reasoning", "text", or a call's index
+        self.text: list[str] = []
+
+    def _add(self, item: Any, kind: Any) -> list[tuple[str, str]]:
+        self.items.append(item)
+        self.open, self.text = kind, []
+        return [self.reply.event("response.output_item.added", output_index=len(self.items) - 1, item=item)]
+
+    def close(self, status: str = "completed") -> list[tuple[str, str]]:
+        reply, index, kind = self.reply, len(self.items) - 1, self.open
+        if kind is None:
+            return []
+        self.open = None
+        item, text = self.items[-1], "".join(self.text)
+        out = []
+        if kind == "reasoning":
+            item = reply.reasoning(text, "completed").model_copy(update={"id": item.id})
+            out.append(reply.event("response.reasoning_text.done", item_id=item.id, output_index=index,
+                                   content_index=0, text=text))
+        elif kind == "text":
+            part = OutputTextPart(text=text)
+            item = OutputMessage(id=item.id, status=status, content=[part])  # type: ignore[arg-type]
+            out.append(reply.event("response.output_text.done", item_id=item.id, output_index=index,
+                                   content_index=0, text=text, logprobs=[]))
+            out.append(reply.event("response.content_part.done", item_id=item.id, output_index=index,
+                                   content_index=0, part=part))
+        else:
+            item = item.model_copy(update={"arguments": text, "status": "completed"})
+            out.append(reply.event("response.function_call_arguments.done", item_id=item.id, output_index=index,
+                                   name=item.name, arguments=text))
+        self.items[-1] = item
+        out.append(reply.event("response.output_item.done", output_index=index, item=item))
+        return out
+
+    def feed(self, delta: Any) -> list[tuple[str, str]]:
+        reply, out = self.reply, []
+        if delta.reasoning_content:
+            if self.open != "reasoning":
+                out += self.close() + self._add(reply.reasoning("", "in_progress"), "reasoning")
+            self.text.append(delta.reasoning_content)
+            out.append(reply.event("response.reasoning_text.delta", item_id=self.items[-1].id,
+                                   output_index=len(self.items) - 1, content_index=0, delta=delta.reasoning_content))
+        if delta.content:
+            if self.open != "text":
+                out += self.close() + self._add(reply.message("", "in_progress"), "text")
+                out.append(reply.event("response.content_part.added", item_id=self.items[-1].id,
+                                       output_index=len(self.items) - 1, content_index=0,
+                                       part=OutputTextPart(text="")))
+            self.text.append(delta.content)
+            out.append(reply.event("response.output_text.delta", item_id=self.items[-1].id,
+                                   output_index=len(self.items) - 1, content_index=0, delta=delta.content,
+                                   logprobs=[]))
+        for call in delta.tool_calls or []:
+            if call.id is not None:
+                name = call.function.name if call.function is not None else ""
+                item = FunctionCallOut(id=f"fc_{uuid.uuid4().hex}", call_id=call.id, name=name or "", arguments="",
+                                       status="in_progress")
+                out += self.close() + self._add(item, ("call", call.index))
+            pieces = call.function.arguments if call.function is not None else None
+            if pieces and self.open == ("call", call.index):
+                self.text.append(pieces)
+                out.append(reply.event("response.function_call_arguments.delta", item_id=self.items[-1].id,
+                                       output_index=len(self.items) - 1, delta=pieces))
+        return out
+
+
+async def _events(served: Served, reply: _Reply, job: Job, plan: ChatPlan) -> AsyncIterator[tuple[str, str]]:
     yield reply.event("response.created", response=reply.response(None))
     yield reply.event("response.in_progress", response=reply.response(None))
-    stream = ChatStream(reply.model, kind)
-    items: list[OutputMessage | FunctionCallOut] = []
-    text: list[str] | None = None  # the open message item's text
+    stream = ChatStream(reply.model, plan)
+    items = _Items(reply)
     tokens = 0
     async for piece in achunks(served.llama.engine, job):
         tokens += len(piece.tokens)
         for out in stream.feed(piece):
             choice = out.choices[0]
-            delta = choice.delta
-            if delta.content:
-                if text is None:
-                    text = []
-                    items.append(reply.message("", "in_progress"))
-                    yield reply.event("response.output_item.added", output_index=len(items) - 1, item=items[-1])
-                    yield reply.event("response.content_part.added", item_id=items[-1].id,
-                                      output_index=len(items) - 1, content_index=0, part=OutputTextPart(text=""))
-                text.append(delta.content)
-                yield reply.event("response.output_text.delta", item_id=items[-1].id, output_index=len(items) - 1,
-                                  content_index=0, delta=delta.content, logprobs=[])
-            if (delta.tool_calls or choice.finish_reason) and text is not None:
-                status = "incomplete" if choice.finish_reason == "length" else "completed"
-                part = OutputTextPart(text="".join(text))
-                items[-1] = OutputMessage(id=items[-1].id, status=status, content=[part])
-                yield reply.event("response.output_text.done", item_id=items[-1].id, output_index=len(items) - 1,
-                                  content_index=0, text=part.text, logprobs=[])
-                yield reply.event("response.content_part.done", item_id=items[-1].id, output_index=len(items) - 1,
-                                  content_index=0, part=part)
-                yield reply.event("response.output_item.done", output_index=len(items) - 1, item=items[-1])
-                text = None
-            for call in delta.tool_calls or []:
-                item = reply.call(call, "in_progress")
-                items.append(item.model_copy(update={"arguments": ""}))
-                index = len(items) - 1
-                yield reply.event("response.output_item.added", output_index=index, item=items[-1])
-                yield reply.event("response.function_call_arguments.delta", item_id=item.id, output_index=index,
-                                  delta=item.arguments)
-                yield reply.event("response.function_call_arguments.done", item_id=item.id, output_index=index,
-                                  name=item.name, arguments=item.arguments)
-                items[-1] = item.model_copy(update={"status": "completed"})
-                yield reply.event("response.output_item.done", output_index=index, item=items[-1])
+            for event in items.feed(choice.delta):
+                yield event
             if choice.finish_reason:
                 incomplete = choice.finish_reason == "length"
+                for event in items.close("incomplete" if incomplete else "completed"):
+                    yield event
                 assert piece.timings is not None  # the final chunk carries them
-                final = reply.response(items, incomplete, piece.timings.prompt_tokens, tokens,
+                final = reply.response(items.items, incomplete, piece.timings.prompt_tokens, tokens,
                                        piece.timings.cached_tokens)
                 yield reply.event("response.incomplete" if incomplete else "response.completed", response=final)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from ...high.chat import check_messages, render_prompt
+from ...high.chat import ChatSpec, plan_chat
 from ..deps import served_model
 from ..errors import ERROR_RESPONSES
 from ..native_schemas import ApplyTemplateRequest
@@ -18,5 +18,6 @@ router = APIRouter()
 @router.post("/apply-template", responses=ERROR_RESPONSES)
 async def apply_template(body: ApplyTemplateRequest,
                          served: Annotated[Served, Depends(served_model(ApplyTemplateRequest))]) -> dict[str, str]:
-    prompt, _ = render_prompt(served.llama, check_messages(body.messages), None, None)
-    return {"prompt": prompt}
+    fields = served.chat_options(**body.chat_fields())
+    plan = plan_chat(served.llama, ChatSpec(body.messages, **fields))
+    return {"prompt": plan.params["prompt"]}

@@ -1,0 +1,139 @@
+"""Hostile JSON schemas cost bounded time and memory: llama.cpp's own converter (issue 36, A1-A2).
+
+Each probe goes to a fresh `llamaplug serve` (loopback, bounded): the request ends in a 4xx or a success
+within a time limit, /health answers within 0.5 s while it runs, resident memory grows by at most
+256 MiB, and the server is still up after. The converter's growth is measured on generated schemas:
+grammar size and conversion time grow at most linearly with the schema (its digits, its properties).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llamaplug_testing import llamaplug_server
+
+from llamaplug.blocks.json_schema import MAX_OPTIONAL, UnsupportedSchemaError, schema_to_gbnf
+
+MIB = 1024 * 1024
+
+
+def _post(port: int, path: str, body: dict, timeout: float) -> tuple[int, dict]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _health_ms(port: int) -> float:
+    start = time.perf_counter()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
+        assert resp.status == 200
+    return (time.perf_counter() - start) * 1000
+
+
+def _optional_props(n: int) -> dict:
+    return {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(n)}}
+
+
+PROBES = {
+    "huge-integer-range": {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "n", "schema": {"type": "integer", "minimum": -1e300, "maximum": 1e300}}}},
+    # refused (MAX_OPTIONAL): llama.cpp's converter would take minutes
+    "4000-optional-properties": {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "o", "schema": _optional_props(4000)}}},
+    "forced-tool-with-huge-range": {"tool_choice": "required", "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": -1e300, "maximum": 1e300}}, "required": ["n"]}}}]},
+    "maximum-1e400": {"raw": b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, '
+                             b'"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": '
+                             b'{"type": "number", "maximum": 1e400}}}}'},
+    "deep-pattern": {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "p", "schema": {"type": "string", "pattern": "(" * 400 + "a" + ")" * 400}}}},
+}
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_a_hostile_schema_is_answered_quickly_and_the_server_stays_up(probe, smollm2_path):
+    body = {"messages": [{"role": "user", "content": "A number:"}], "max_tokens": 8, **PROBES[probe]}
+    raw = body.pop("raw", None)
+    with llamaplug_server(smollm2_path, "-c", "2048", "-np", "2") as (port, proc):
+        before = psutil.Process(proc.pid).memory_info().rss
+        result: dict = {}
+
+        def send() -> None:
+            if raw is not None:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=raw,
+                                                 headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as resp:
+                        result["status"] = resp.status
+                except urllib.error.HTTPError as err:
+                    result["status"] = err.code
+            else:
+                result["status"], result["body"] = _post(port, "/v1/chat/completions", body, timeout=60)
+
+        worker = threading.Thread(target=send)
+        start = time.monotonic()
+        worker.start()
+        slowest = 0.0
+        while worker.is_alive() and time.monotonic() - start < 30:
+            slowest = max(slowest, _health_ms(port))
+            time.sleep(0.05)
+        worker.join(timeout=30)
+        elapsed = time.monotonic() - start
+        assert not worker.is_alive(), f"{probe}: no answer in 60 s"
+        assert elapsed < 30, f"{probe}: took {elapsed:.1f} s"
+        status = result["status"]
+        assert status == 200 or 400 <= status < 500, (probe, result)
+        assert slowest < 500, f"/health took {slowest:.0f} ms while {probe} ran"
+        grown = psutil.Process(proc.pid).memory_info().rss - before
+        assert grown < 256 * MIB, f"{probe}: resident memory grew {grown / MIB:.0f} MiB"
+        assert proc.poll() is None and _health_ms(port) < 500
+
+
+def test_300_optional_properties_are_accepted_as_llama_server_does():
+    grammar = schema_to_gbnf(_optional_props(300))
+    assert "p299" in grammar
+
+
+def test_nan_and_infinities_are_refused_before_the_converter():
+    for bad in (float("nan"), float("inf"), 10 ** 80):
+        with pytest.raises(UnsupportedSchemaError) as err:
+            schema_to_gbnf({"type": "number", "maximum": bad})
+        assert err.value.field == "schema" and "#/maximum" in str(err.value)
+
+
+@settings(max_examples=25, deadline=None)
+@given(digits=st.integers(min_value=1, max_value=300))
+def test_integer_ranges_grow_with_their_digits_not_their_values(digits):
+    small = len(schema_to_gbnf({"type": "integer", "minimum": -(10 ** min(digits, 18)), "maximum": 10 ** 18}))
+    huge = len(schema_to_gbnf({"type": "integer", "minimum": -float(f"1e{digits}"), "maximum": float(f"1e{digits}")}))
+    assert huge <= 40 * small + 20_000
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(min_value=1, max_value=MAX_OPTIONAL))
+def test_optional_properties_grow_linearly_up_to_the_cap(n):
+    one = len(schema_to_gbnf(_optional_props(1)))
+    grammar = schema_to_gbnf(_optional_props(n))
+    assert len(grammar) <= 200 * n + 10 * one
+
+
+def test_more_optional_properties_than_the_cap_are_refused_naming_where():
+    schema = {"type": "object", "properties": {"inner": _optional_props(MAX_OPTIONAL + 1)}}
+    with pytest.raises(UnsupportedSchemaError) as err:
+        schema_to_gbnf(schema)
+    assert "#/properties/inner/properties" in str(err.value) and str(MAX_OPTIONAL) in str(err.value)
+    required = dict(_optional_props(MAX_OPTIONAL + 1), required=[f"p{i}" for i in range(MAX_OPTIONAL + 1)])
+    assert "p512" in schema_to_gbnf(required)  # required ones have no such cost
