@@ -446,8 +446,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key",
                        help="require `Authorization: Bearer KEY` on every route but /health (401 otherwise)")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"], default="error")
-    serve.add_argument("--max-body-mib", type=_positive, default=32, metavar="MIB",
-                       help="largest request body; a longer one is a 413 (default 32)")
+    serve.add_argument("--max-body-mib", type=_positive, default=8, metavar="MIB",
+                       help="largest request body; a longer one is a 413 (default 8)")
     serve.add_argument("--max-header-kib", type=_positive, default=64, metavar="KIB",
                        help="largest request line and headers; longer is a 431 and the connection closes (default 64)")
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")

@@ -28,7 +28,9 @@ from .metrics import Metrics
 from .registry import ModelRegistry, Served
 from .routes import ROUTERS
 
-DEFAULT_MAX_BODY = 32 * 2**20  # bytes (serve's --max-body-mib): a long prompt or a few images, base64
+# bytes (serve's --max-body-mib): a long prompt or an image or two in base64. JSON parsing and the body's
+# checks hold the event loop ~25 ms a MiB, and tokenizing a prompt takes ~25 MiB of memory a MiB of text.
+DEFAULT_MAX_BODY = 8 * 2**20
 
 
 def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = None,

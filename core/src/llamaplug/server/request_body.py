@@ -12,16 +12,19 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 from typing import Any
 
 from starlette.types import Message, Receive
 
 from .errors import ApiError
 
-# What a body must contain to hold one of the values refused: the cheap test before a full parse.
-_SUSPECT = re.compile(rb"NaN|Infinity|\\u[dD][89abcdefABCDEF]|\xed[\xa0-\xbf]|[eE]\+?0*[1-9][0-9]{2}|[0-9]{300}")
 _OFF_LOOP = 1 << 20  # bytes: a body this big is checked in a worker thread, not on the event loop
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+# What a body must contain to hold one of the values refused (the cheap test before a full parse; bytes.find
+# and bytes.translate, not a regular expression: 8 MiB took a regex 1.4 s, holding the GIL).
+_SPELLINGS = (b"NaN", b"Infinity", b"\\ud", b"\\uD")
+_BIG_NUMBERS = (b"e000", b"e+000", b"E000", b"E+000", b"0" * 300)  # in the digits-as-0 copy: a double's range ends
+# at 1.8e308, so only a 3-digit exponent or a 300-digit number can pass it
 
 
 class BodyTooLarge(Exception):
@@ -64,8 +67,19 @@ async def check_json(body: bytes) -> None:
         _check(body)
 
 
+def _suspect(body: bytes) -> bool:
+    if any(s in body for s in _SPELLINGS):
+        return True
+    try:
+        body.decode("utf-8")  # strict: an encoded surrogate fails here (Python's json takes it, surrogatepass)
+    except UnicodeDecodeError:
+        return True
+    digits = body.translate(_DIGITS)
+    return any(s in digits for s in _BIG_NUMBERS)
+
+
 def _check(body: bytes) -> None:
-    if _SUSPECT.search(body) is None:
+    if not _suspect(body):
         return
     try:
         value = json.loads(body, parse_constant=_refuse_constant, parse_float=_finite)

@@ -44,7 +44,7 @@ from ..errors import ApiError, as_api_error
 from ..registry import Served
 from ..route_errors import TranslatedRoute
 from ..schemas import ChatRequest
-from ..streaming import named_sse, unless_gone
+from ..streaming import named_sse, off_loop, unless_gone
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -72,9 +72,13 @@ async def messages(body: MessagesRequest, request: Request,
                    served: Annotated[Served, Depends(served_model(MessagesRequest))]) -> Any:
     llama = served.llama
     chat = as_chat_request(body)
-    sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
-    job, kind = chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
-                         chat.response_format, own_sampler=True)
+
+    def build() -> tuple[Job, str | None]:
+        sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
+        return chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
+                        chat.response_format, own_sampler=True)
+
+    job, kind = await off_loop(build)
     ident = f"msg_{uuid.uuid4().hex[:24]}"
     if body.stream:
         return named_sse(_events(served, job, kind, ident), _stream_error)

@@ -43,7 +43,7 @@ from ..responses_schemas import (
 )
 from ..route_errors import TranslatedRoute
 from ..schemas import ChatRequest
-from ..streaming import named_sse, unless_gone
+from ..streaming import named_sse, off_loop, unless_gone
 
 router = APIRouter(route_class=TranslatedRoute)
 
@@ -56,9 +56,14 @@ async def responses(body: ResponsesRequest, request: Request,
                             "conversation as input", param="previous_response_id", code="unsupported_parameter")
     llama = served.llama
     chat = as_chat_request(body)
-    sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
-    job, kind = chat_job(llama, chat.messages, token_limit(request, chat.max_tokens), sampler, None, chat.tools,
-                         chat.tool_choice, chat.response_format, own_sampler=True)
+    limit = token_limit(request, chat.max_tokens)
+
+    def build() -> tuple[Job, str | None]:
+        sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
+        return chat_job(llama, chat.messages, limit, sampler, None, chat.tools, chat.tool_choice,
+                        chat.response_format, own_sampler=True)
+
+    job, kind = await off_loop(build)
     reply = _Reply(served, body)
     if body.stream:
         return named_sse(_events(served, reply, job, kind), reply.error)

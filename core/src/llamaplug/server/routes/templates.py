@@ -11,6 +11,7 @@ from ..deps import served_model
 from ..errors import ERROR_RESPONSES
 from ..native_schemas import ApplyTemplateRequest
 from ..registry import Served
+from ..streaming import off_loop
 
 router = APIRouter()
 
@@ -18,5 +19,5 @@ router = APIRouter()
 @router.post("/apply-template", responses=ERROR_RESPONSES)
 async def apply_template(body: ApplyTemplateRequest,
                          served: Annotated[Served, Depends(served_model(ApplyTemplateRequest))]) -> dict[str, str]:
-    prompt, _ = render_prompt(served.llama, check_messages(body.messages), None, None)
+    prompt, _ = await off_loop(lambda: render_prompt(served.llama, check_messages(body.messages), None, None))
     return {"prompt": prompt}
