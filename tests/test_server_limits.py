@@ -185,7 +185,10 @@ def test_the_body_cap_answers_in_the_apis_shape(smollm2_path):
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/completion", "/tokenize"])
 def test_a_long_prompt_does_not_stall_health(smollm2_path, path):
-    text = "hello world " * (4 * MIB // 12)  # 4 MiB, ~700,000 tokens: seconds of tokenizing
+    # 1 MiB, ~175,000 tokens: seconds of tokenizing, in a worker thread. What stays on the event loop (or holds
+    # the GIL) grows with the prompt too: parsing the body, and making the token list (~60 ms a million tokens
+    # on an idle machine), so at the 8 MiB cap /health waited ~0.4 s; a test machine at load 17 stretches that.
+    text = "hello world " * (MIB // 12)
     body = {"/v1/completions": {"prompt": text, "max_tokens": 2}, "/completion": {"prompt": text, "n_predict": 2},
             "/v1/chat/completions": {"messages": [{"role": "user", "content": text}], "max_tokens": 2},
             "/tokenize": {"content": text}}[path]
