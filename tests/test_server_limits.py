@@ -192,7 +192,8 @@ def test_a_long_prompt_does_not_stall_health(smollm2_path, path):
     body = {"/v1/completions": {"prompt": text, "max_tokens": 2}, "/completion": {"prompt": text, "n_predict": 2},
             "/v1/chat/completions": {"messages": [{"role": "user", "content": text}], "max_tokens": 2},
             "/tokenize": {"content": text}}[path]
-    status, _, answer = probe(smollm2_path, lambda port: request(port, "POST", path, body, timeout=240),
+    data = json.dumps(body)  # here, not in the probe: the watch thread shares this process's GIL
+    status, _, answer = probe(smollm2_path, lambda port: request(port, "POST", path, data, timeout=240),
                               limit_s=240)
     if path == "/tokenize":
         assert status == 200 and len(json.loads(answer)["tokens"]) > 4096
@@ -203,8 +204,9 @@ def test_a_long_prompt_does_not_stall_health(smollm2_path, path):
 # -- A5: stop strings ---------------------------------------------------------------------------------
 
 def test_200_stops_of_4000_characters_are_a_400_naming_stop(smollm2_path):
-    body = {"prompt": "Once upon a time", "max_tokens": 1000, "stop": [f"{i}:" + "z" * 4000 for i in range(200)]}
-    status, _, answer = probe(smollm2_path, lambda port: request(port, "POST", "/v1/completions", body))
+    data = json.dumps({"prompt": "Once upon a time", "max_tokens": 1000,
+                       "stop": [f"{i}:" + "z" * 4000 for i in range(200)]})
+    status, _, answer = probe(smollm2_path, lambda port: request(port, "POST", "/v1/completions", data))
     assert status == 400 and error_of(answer)["param"] == "stop"
 
 
