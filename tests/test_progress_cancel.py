@@ -52,29 +52,54 @@ print(llama.create_completion("Hi", 2).tokens)
     assert "loading SmolLM2" in done.stderr and "100" in done.stderr
 
 
+def _cancel_at(llama, n_chunks: int) -> tuple[threading.Event, threading.Thread]:
+    """A thread that cancels `llama`'s generations once the consumer sets the event (at its `n_chunks`-th chunk):
+    the cancel comes from another thread at a point counted in chunks, not in seconds."""
+    reached = threading.Event()
+
+    def cancel() -> None:
+        assert reached.wait(120)
+        llama.cancel()
+
+    thread = threading.Thread(target=cancel)
+    thread.start()
+    return reached, thread
+
+
 def test_cancel_from_another_thread_stops_within_a_step(llama):
+    uncancelled = llama.create_completion("Once upon a time", max_tokens=64)
+    assert uncancelled.stop_reason == lp.StopReason.MAX_TOKENS  # greedy: the same run would go on to 64
+    reached, canceller = _cancel_at(llama, 5)
     seen = []
-    stopper = threading.Timer(0.3, llama.cancel)
-    stopper.start()
-    t0 = time.perf_counter()
-    for chunk in llama.create_completion("Once upon a time", max_tokens=2000, stream=True):
-        seen.append((time.perf_counter(), chunk))
-    stopper.join()
-    final = seen[-1][1]
-    assert final.stop_reason == lp.StopReason.CANCELLED and final.timings.predicted_tokens < 2000
-    assert seen[-1][0] - t0 < 5
+    for chunk in llama.create_completion("Once upon a time", max_tokens=64, stream=True):
+        seen.append(chunk)
+        if len(seen) == 5:
+            reached.set()
+            canceller.join()  # the cancel is in before the next chunk is asked for
+    final = seen[-1]
+    assert final.stop_reason == lp.StopReason.CANCELLED
+    assert final.timings.predicted_tokens <= 6  # the tokens of 5 chunks, and at most the step under way
     # Usable afterwards; a cancel before a generation does not stop the next one.
     llama.cancel()
     assert llama.create_completion("Hi", 4).stop_reason == lp.StopReason.MAX_TOKENS
 
 
 def test_chat_maps_a_cancel_to_stop(llama):
-    stopper = threading.Timer(0.2, llama.cancel)
-    stopper.start()
-    chunks = list(llama.create_chat_completion([{"role": "user", "content": "Tell a long story."}], max_tokens=4000,
-                                               stream=True))
-    stopper.join()
+    # A cancel and an end of text both finish as "stop": the cancel must have cut a reply that, left alone,
+    # goes on (greedy, the same reply each time).
+    messages = [{"role": "user", "content": "Tell a long story."}]
+    whole = llama.create_chat_completion(messages, max_tokens=64)
+    assert whole.choices[0].finish_reason == "length"
+    reached, canceller = _cancel_at(llama, 4)
+    chunks = []
+    for chunk in llama.create_chat_completion(messages, max_tokens=64, stream=True):
+        chunks.append(chunk)
+        if len(chunks) == 4:
+            reached.set()
+            canceller.join()
     assert chunks[-1].choices[0].finish_reason == "stop"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert len(text) < len(whole.choices[0].message.content)
 
 
 def test_cancel_aborts_a_running_decode(smollm2_path):

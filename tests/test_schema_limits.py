@@ -116,10 +116,18 @@ def test_nan_and_infinities_are_refused_before_the_converter():
 
 @settings(max_examples=25, deadline=None)
 @given(digits=st.integers(min_value=1, max_value=300))
-def test_integer_ranges_grow_with_their_digits_not_their_values(digits):
-    small = len(schema_to_gbnf({"type": "integer", "minimum": -(10 ** min(digits, 18)), "maximum": 10 ** 18}))
-    huge = len(schema_to_gbnf({"type": "integer", "minimum": -float(f"1e{digits}"), "maximum": float(f"1e{digits}")}))
-    assert huge <= 40 * small + 20_000
+def test_integer_ranges_cost_the_same_whatever_their_digits(digits):
+    """The bounds of 10^digits: a grammar no larger than int64's range makes, or llama.cpp's refusal (past
+    int64 it reads no bound); either way at once (the converter once doubled its grammar per digit)."""
+    small = len(schema_to_gbnf({"type": "integer", "minimum": -(10 ** 18), "maximum": 10 ** 18}))
+    start = time.perf_counter()
+    try:
+        size = len(schema_to_gbnf({"type": "integer", "minimum": -float(f"1e{digits}"),
+                                   "maximum": float(f"1e{digits}")}))
+    except UnsupportedSchemaError:
+        size = 0
+    assert time.perf_counter() - start < 1
+    assert size <= 2 * small
 
 
 @settings(max_examples=15, deadline=None)

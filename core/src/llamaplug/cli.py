@@ -189,6 +189,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .server.app import create_app_for
+        from .server.http_limits import uvicorn_options
         from .server.model_specs import spec_for_file, specs_from_dir
         from .server.registry import ModelRegistry
     except ImportError as exc:
@@ -231,8 +232,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         print(f"llamaplug serve: {len(specs)} models on http://{args.host}:{args.port}, each loaded when first "
               f"asked for ({', '.join(s.id for s in specs)})", file=sys.stderr, flush=True)
-    app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
+                         max_body=args.max_body_mib * 2**20)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                **uvicorn_options(args.max_header_kib * 1024))
     return 0
 
 
@@ -250,7 +253,7 @@ def _serve_on_ray(params: LlamaParams, args: argparse.Namespace) -> int:
     on_ray.run(params, replicas=args.replicas, address=args.ray_address, host=args.host, port=args.port,
                threads=args.threads, model_id=(args.alias or [None])[0], api_key=args.api_key, pooling=args.pooling,
                app_options={"n_predict": args.n_predict, "slot_save_path": args.slot_save_path,
-                            "chat_template": template, "chat": chat})
+                            "chat_template": template, "chat": chat, "max_body": args.max_body_mib * 2**20})
     return 0
 
 
@@ -365,6 +368,12 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"wrote {out} ({_mib(out.stat().st_size)})", file=sys.stderr)
     return 0
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
 
 
 def _seconds(text: str) -> float:
@@ -486,6 +495,10 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key",
                        help="require `Authorization: Bearer KEY` on every route but /health (401 otherwise)")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"], default="error")
+    serve.add_argument("--max-body-mib", type=_positive, default=8, metavar="MIB",
+                       help="largest request body; a longer one is a 413 (default 8)")
+    serve.add_argument("--max-header-kib", type=_positive, default=64, metavar="KIB",
+                       help="largest request line and headers; longer is a 431 and the connection closes (default 64)")
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
     _add_chat_arguments(serve)
     _add_draft_arguments(serve)

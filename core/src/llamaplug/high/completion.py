@@ -8,8 +8,11 @@ sequence is held until it is known not to be one.
 from __future__ import annotations
 
 import codecs
+import collections
 import dataclasses
 import enum
+
+from ..errors import InvalidParameterError
 
 
 class StopReason(str, enum.Enum):
@@ -74,47 +77,127 @@ class CompletionChunk:
     timings: CompletionTimings | None = None
 
 
+# A request's stop sequences: every one is matched against every generated character (TextAssembler), so
+# their number and length are bounded. llama-server has no cap; OpenAI's API takes 4.
+MAX_STOPS = 32
+MAX_STOP_CHARS = 1024
+
+
+def check_stops(stop: object, field: str = "stop") -> list[str]:
+    """`stop` (None, a string or a list of strings) as a list; refused, naming `field`, when it is anything else,
+    has more than MAX_STOPS strings, one longer than MAX_STOP_CHARS characters, or one that is not Unicode text."""
+    stops = [stop] if isinstance(stop, str) else [] if stop is None else stop
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) for s in stops):
+        raise InvalidParameterError(f"{field} must be a string or a list of strings", field=field)
+    if len(stops) > MAX_STOPS:
+        raise InvalidParameterError(f"{field} has {len(stops)} strings; at most {MAX_STOPS} are taken", field=field)
+    for i, s in enumerate(stops):
+        if len(s) > MAX_STOP_CHARS:
+            raise InvalidParameterError(f"{field}[{i}] is {len(s)} characters long; at most {MAX_STOP_CHARS} are "
+                                        "taken", field=field)
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidParameterError(f"{field}[{i}] is not Unicode text at character {exc.start}: {exc.reason}",
+                                        field=field) from None
+    return list(stops)
+
+
 class TextAssembler:
-    """Accumulates token bytes into text, cutting at the first stop sequence."""
+    """Accumulates token bytes into text, cutting at the first stop sequence.
+
+    The stops are matched by one Aho-Corasick automaton (_StopMatcher): each new character costs a
+    bounded number of steps whatever the number and length of the stops, and its state is at once the
+    text to hold back (the longest suffix that may begin a stop). Only that held text is kept, so a
+    token's work does not grow with the text generated before it.
+    """
 
     def __init__(self, stop: list[str]):
         self.stop = [s for s in stop if s]
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.text = ""  # everything decoded so far (before any cut)
-        self.emitted = 0  # characters already handed out
+        self._matcher = _StopMatcher(self.stop) if self.stop else None
+        self._state = 0
+        self._held = ""  # decoded, not yet handed out
         self.stopped = False
 
     def feed(self, piece: bytes) -> str:
         """Add a token's bytes; return the text that is now safe to emit."""
-        self.text += self._decoder.decode(piece)
-        if self.stop:
-            # A stop may straddle earlier text: search from where it could begin.
-            start = max(0, self.emitted - max(len(s) for s in self.stop) + 1)
-            hits = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
-            if hits:
-                self.text = self.text[: min(hits)]
-                self.stopped = True
-                return self._emit(len(self.text))
-        return self._emit(len(self.text) - self._pending_stop_prefix())
+        new = self._decoder.decode(piece)
+        matcher = self._matcher
+        if matcher is None:
+            return new
+        held = self._held + new
+        state, cut = matcher.scan(self._state, new, len(held))
+        if cut is not None:
+            self._held, self.stopped = "", True
+            return held[:cut]
+        self._state = state
+        keep = matcher.depth[state]
+        self._held = held[len(held) - keep:] if keep else ""
+        return held[:len(held) - keep]
 
     def finish(self) -> str:
         """Flush what is held back (an incomplete character becomes U+FFFD)."""
-        if not self.stopped:
-            self.text += self._decoder.decode(b"", final=True)
-        return self._emit(len(self.text))
-
-    def _pending_stop_prefix(self) -> int:
-        """Length of the longest text suffix that is a proper prefix of a stop sequence."""
-        best = 0
-        for s in self.stop:
-            for k in range(min(len(s) - 1, len(self.text)), best, -1):
-                if self.text.endswith(s[:k]):
-                    best = k
-                    break
-        return best
-
-    def _emit(self, upto: int) -> str:
-        upto = max(upto, self.emitted)
-        out = self.text[self.emitted:upto]
-        self.emitted = upto
+        if self.stopped:
+            return ""
+        out = self._held + self._decoder.decode(b"", final=True)
+        self._held = ""
         return out
+
+
+class _StopMatcher:
+    """Aho-Corasick automaton over the stop sequences (a trie with failure links).
+
+    A state is a trie node: the longest suffix of the text read that is a prefix of some stop.
+    `ends[n]` is the length of the longest stop that ends at node n (0: none), so a match is
+    seen at its last character and its start is known.
+    """
+
+    def __init__(self, stops: list[str]):
+        goto: list[dict[str, int]] = [{}]
+        depth, ends = [0], [0]
+        for s in stops:
+            node = 0
+            for ch in s:
+                nxt = goto[node].get(ch)
+                if nxt is None:
+                    nxt = len(goto)
+                    goto[node][ch] = nxt
+                    goto.append({})
+                    depth.append(depth[node] + 1)
+                    ends.append(0)
+                node = nxt
+            ends[node] = len(s)
+        fail = [0] * len(goto)
+        queue = collections.deque(goto[0].values())
+        while queue:
+            node = queue.popleft()
+            for ch, child in goto[node].items():
+                f = fail[node]
+                while f and ch not in goto[f]:
+                    f = fail[f]
+                fail[child] = goto[f].get(ch, 0)
+                ends[child] = ends[child] or ends[fail[child]]
+                queue.append(child)
+        self.goto, self.fail, self.depth, self.ends = goto, fail, depth, ends
+
+    def scan(self, state: int, new: str, end: int) -> tuple[int, int | None]:
+        """Read `new` (the last characters of a held text `end` long) from `state`: the state after it and
+        where the earliest-starting stop that ends within `new` begins in the held text (None: no stop)."""
+        goto, fail, ends = self.goto, self.fail, self.ends
+        cut = None
+        at = end - len(new)
+        for ch in new:
+            at += 1
+            while True:
+                nxt = goto[state].get(ch)
+                if nxt is not None:
+                    state = nxt
+                    break
+                if not state:
+                    break
+                state = fail[state]
+            if ends[state]:
+                start = at - ends[state]
+                cut = start if cut is None else min(cut, start)
+        return state, cut

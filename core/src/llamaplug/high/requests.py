@@ -23,13 +23,15 @@ from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import SamplerParams
 from ..plugin_api import MediaPrompt
 from .chat import ChatPlan, ChatSpec, check_messages, plan_chat, response_schema
-from .completion import Completion, CompletionChunk, TokenLogprob
+from .completion import Completion, CompletionChunk, TokenLogprob, check_stops
 from .engine import Job
 from .structured import ResponseFormat
 from .tool_schema import ToolSpec
 
 if TYPE_CHECKING:
     from .llama import Llama
+
+MAX_TOKENS = 2**31 - 1  # as llama-server, which refuses a larger n_predict with a 400
 
 # What create_completions takes as `sampler`: one per prompt, a factory, sampling params, or None (greedy).
 Samplers = LlamaSampler | SamplerParams | Callable[[], LlamaSampler] | Sequence[LlamaSampler] | None
@@ -44,14 +46,13 @@ def completion_job(llama: Llama, prompt: str | list[int], max_tokens: int | None
     `own_sampler=True`: the job closes `sampler` when it ends (it was made for this job alone).
     """
     model = llama.model
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0):
-        raise InvalidParameterError(f"max_tokens must be a non-negative int or None, got {max_tokens!r}",
-                                    field="max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or not 0 <= max_tokens <= MAX_TOKENS):
+        raise InvalidParameterError(f"max_tokens must be an int in 0..{MAX_TOKENS} (llama.cpp's n_predict is a "
+                                    f"32-bit int) or None, got {max_tokens!r}", field="max_tokens")
     if logprobs is not None and not 0 <= logprobs <= model.n_vocab:
         raise InvalidParameterError(f"logprobs must be in 0..n_vocab, got {logprobs}", field="logprobs")
-    if stop is not None and not isinstance(stop, str) and not all(isinstance(s, str) for s in stop):
-        raise InvalidParameterError("stop must be a string or a list of strings", field="stop")
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    stops = check_stops(stop)
     media = None
     if _is_media(prompt):
         media, tokens = prompt, []

@@ -24,15 +24,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..high.chat import ChatSettings
 from ..high.llama import Llama
-from . import errors
+from . import errors, request_body
 from .metrics import Metrics
 from .registry import ModelRegistry, Served
 from .routes import ROUTERS
 
+# bytes (serve's --max-body-mib): a long prompt or an image or two in base64. JSON parsing and the body's
+# checks hold the event loop ~25 ms a MiB, and tokenizing a prompt takes ~25 MiB of memory a MiB of text.
+DEFAULT_MAX_BODY = 8 * 2**20
+
 
 def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = None,
                pooling: str | None = None, n_predict: int = -1, slot_save_path: str | None = None,
-               chat_template: str | None = None, chat: ChatSettings | None = None) -> FastAPI:
+               chat_template: str | None = None, chat: ChatSettings | None = None,
+               max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
     """The ASGI app serving `llama` (closed when the app shuts down).
 
     `pooling` for /v1/embeddings: default the model's own, and mean for a model that has
@@ -40,17 +45,18 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
     `n_predict`: tokens a request that gives no limit may generate, on every route (llama-server's -n;
     -1: until the end). `slot_save_path`: the folder of POST /slots' files (None: save/restore refused).
     `chat_template` overrides the GGUF's; `chat`: the server's chat defaults (--reasoning-format, ...).
+    `max_body`: the bytes a request body may have (a longer one is a 413).
     """
     served = Served.of(llama, model_id, pooling, chat_template)
     if chat is not None:
         served.chat = chat
-    app = create_app_for(ModelRegistry([served]), api_key, n_predict, slot_save_path)
+    app = create_app_for(ModelRegistry([served]), api_key, n_predict, slot_save_path, max_body)
     app.state.llama = llama
     return app
 
 
 def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predict: int = -1,
-                   slot_save_path: str | None = None) -> FastAPI:
+                   slot_save_path: str | None = None, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
     """The ASGI app serving the models of `registry`, each loaded when first asked for (closed at shutdown);
     the other arguments as create_app's."""
     metrics = Metrics(registry.engines)
@@ -61,13 +67,15 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
         yield
         await asyncio.to_thread(registry.close)
 
+    # No redirect from a path with a trailing slash: Starlette's is built from the Host header, and was given
+    # without the key under /static/ (llama-server has none either).
     app = FastAPI(title="llamaplug", summary="OpenAI-compatible API over llama.cpp", version=_version(),
-                  lifespan=lifespan)
+                  lifespan=lifespan, redirect_slashes=False)
     app.state.metrics = metrics
     app.state.models = registry
     app.state.n_predict = n_predict
     app.state.slot_save_path = slot_save_path
-    app.add_middleware(_Guard, api_key=api_key, metrics=metrics)
+    app.add_middleware(_Guard, api_key=api_key, metrics=metrics, max_body=max_body)
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
@@ -83,15 +91,16 @@ PUBLIC_PREFIX = "/static/"
 
 class _Guard:
     """The middleware: the API key on every path but /health (when one is set), the HTTP counters of /metrics,
-    and POST bodies read as JSON.
+    and POST bodies read as JSON: read whole before the route runs, at most `max_body` bytes (413), and
+    refused (400) where they hold what llama-server's JSON parser refuses (request_body.py).
 
     As llama-server, `Authorization: Bearer KEY` or a bare `Authorization: KEY`. Plain ASGI rather than
     Starlette's BaseHTTPMiddleware: that one wraps every request in a task group and a wrapped `receive`,
     a cost each request paid on the event loop, which shares the CPU with the decode threads.
     """
 
-    def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics):
-        self.app, self.api_key, self.metrics = app, api_key, metrics
+    def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics, max_body: int):
+        self.app, self.api_key, self.metrics, self.max_body = app, api_key, metrics, max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -111,15 +120,38 @@ class _Guard:
                     401, "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)",
                     "authentication_error", code="invalid_api_key"), path)(scope, receive, send)
                 return
-        if scope["method"] == "POST":
-            _json_body(scope, headers)
 
         async def counted(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] >= 400:
                 metrics.http_errors += 1
             await send(message)
 
+        if scope["method"] == "POST":
+            _json_body(scope, headers)
+            try:
+                body = await self._body(headers, receive)
+            except errors.ApiError as exc:
+                await errors.response(exc, path)(scope, receive, counted)
+                return
+            if body is None:  # the client went away before its body was whole
+                return
+            receive = request_body.replay(body, receive)
         await self.app(scope, receive, counted)
+
+    async def _body(self, headers: Headers, receive: Receive) -> bytes | None:
+        too_large = errors.ApiError(413, f"the request body is over {self.max_body} bytes (llamaplug serve "
+                                         "--max-body-mib)", param="body", code="request_too_large",
+                                    headers={"Connection": "close"})  # the rest of the body is not read
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body:
+            raise too_large
+        try:
+            body = await request_body.read_body(receive, self.max_body)
+        except request_body.BodyTooLarge:
+            raise too_large from None
+        if body is not None:
+            await request_body.check_json(body)
+        return body
 
 
 def _json_body(scope: Scope, headers: Headers) -> None:

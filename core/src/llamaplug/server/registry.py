@@ -216,11 +216,13 @@ class ModelRegistry:
     async def lease(self, name: str | None, keep_alive: float | None = None) -> AsyncIterator[Served]:
         """The model named `name`, loaded (loading it if need be), kept loaded until the block ends.
 
-        `keep_alive` (seconds; 0: unload after this request, negative: never) becomes the model's own.
+        `keep_alive` (seconds; 0: unload after this request, negative: never) becomes the model's own, where
+        several models are served: a server of one model keeps it loaded whatever a request says (with nothing
+        to make room for, an unload only made every client wait for the reload).
         """
         entry = self._entry(name, lenient=True)
         served = await self._acquire(entry)
-        if keep_alive is not None:
+        if keep_alive is not None and len(self._entries) > 1:
             entry.keep_alive = keep_alive
         try:
             yield served

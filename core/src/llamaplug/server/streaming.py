@@ -51,6 +51,13 @@ async def _named(events: AsyncIterator[tuple[str, str]], error: Callable[[LlamaE
         yield f"event: {name}\ndata: {payload}\n\n"
 
 
+async def off_loop(work: Callable[[], T]) -> T:
+    """`work()` in a worker thread: what a request costs before the engine (tokenizing, the chat template,
+    a grammar) grows with the request, and on the event loop one long prompt stalled every other client,
+    /health included, for seconds."""
+    return await asyncio.to_thread(work)
+
+
 async def unless_gone(request: Request, work: Awaitable[T]) -> T:
     """Run `work`, cancelling it if the client disconnects first.
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 
-from ...high.chat import ChatCompletion, ChatStream, as_chat
+from ...high.chat import ChatCompletion, ChatPlan, ChatStream, as_chat
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
@@ -15,7 +15,7 @@ from ..deps import served_model, token_limit
 from ..errors import ERROR_RESPONSES
 from ..registry import Served
 from ..schemas import ChatRequest
-from ..streaming import sse, unless_gone
+from ..streaming import off_loop, sse, unless_gone
 
 router = APIRouter()
 
@@ -26,9 +26,13 @@ async def chat(body: ChatRequest, request: Request,
     llama = served.llama
     limit = token_limit(request, body.max_completion_tokens if body.max_completion_tokens is not None
                         else body.max_tokens)
-    sampler = body.sampling(llama.params.seed).build_chain(llama.model)
-    job, plan = chat_job(llama, body.messages, limit, sampler, body.stop, body.tools, body.tool_choice,
-                         body.response_format, own_sampler=True, **served.chat_options(**body.chat_fields()))
+
+    def build() -> tuple[Job, ChatPlan]:
+        sampler = body.sampling(llama.params.seed).build_chain(llama.model)
+        return chat_job(llama, body.messages, limit, sampler, body.stop, body.tools, body.tool_choice,
+                        body.response_format, own_sampler=True, **served.chat_options(**body.chat_fields()))
+
+    job, plan = await off_loop(build)
     if body.stream:
         return sse(_events(served, job, ChatStream(served.id, plan)))
     pieces = await unless_gone(request, agather_chunks(llama.engine, job))

@@ -18,7 +18,7 @@ from ..deps import served_model, token_limit
 from ..errors import ERROR_RESPONSES, ApiError
 from ..registry import Served
 from ..schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, TextCompletion
-from ..streaming import sse, unless_gone
+from ..streaming import off_loop, sse, unless_gone
 
 router = APIRouter()
 
@@ -28,8 +28,9 @@ async def completions(body: CompletionRequest, request: Request,
                       served: Annotated[Served, Depends(served_model(CompletionRequest))]) -> Any:
     llama = served.llama
     prompts = _prompts(body.prompt)
-    jobs = completion_jobs(llama, prompts, token_limit(request, body.max_tokens),
-                           body.sampling(llama.params.seed), body.stop, body.logprobs, False, body.response_format)
+    limit = token_limit(request, body.max_tokens)
+    jobs = await off_loop(lambda: completion_jobs(llama, prompts, limit, body.sampling(llama.params.seed), body.stop,
+                                                  body.logprobs, False, body.response_format))
     ident = f"cmpl-{uuid.uuid4().hex[:24]}"
     if body.stream:
         return sse(_events(served, jobs, ident))

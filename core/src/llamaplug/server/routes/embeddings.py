@@ -17,6 +17,7 @@ from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import NativeEmbeddingRequest
 from ..registry import Served
 from ..schemas import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage
+from ..streaming import off_loop
 
 router = APIRouter()
 
@@ -28,7 +29,7 @@ async def embeddings(body: EmbeddingRequest, served: Annotated[Served, Depends(s
     if not texts:
         raise ApiError(400, "input is empty", param="input")
     vectors = await served.allama.embed(texts, pooling=served.pooling)
-    n_tokens = sum(len(served.llama.tokenize(t)) for t in texts)
+    n_tokens = await off_loop(lambda: sum(len(served.llama.tokenize(t)) for t in texts))
     data = [Embedding(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
     return EmbeddingList(data=data, model=served.id, usage=EmbeddingUsage(prompt_tokens=n_tokens,
                                                                           total_tokens=n_tokens))

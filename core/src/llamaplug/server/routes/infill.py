@@ -16,6 +16,7 @@ from ..deps import served_model
 from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import InfillRequest
 from ..registry import Served
+from ..streaming import off_loop
 from .native import run
 
 router = APIRouter()
@@ -27,7 +28,8 @@ async def infill(body: InfillRequest, request: Request,
     if not isinstance(body.prompt, str):
         raise ApiError(400, "prompt: /infill takes text here (the start of the middle)", param="prompt")
     extra = [{"filename": e.filename, "text": e.text} for e in body.input_extra]
-    tokens = infill_tokens(served.llama.model, body.input_prefix + body.prompt, body.input_suffix, extra)
+    tokens = await off_loop(lambda: infill_tokens(served.llama.model, body.input_prefix + body.prompt,
+                                                  body.input_suffix, extra))
     room = served.llama.engine.n_ctx_seq
     if len(tokens) >= room:
         raise ApiError(400, f"request ({len(tokens)} tokens) exceeds the available context size ({room} tokens), "

@@ -45,7 +45,7 @@ from ..errors import ApiError, as_api_error
 from ..registry import Served
 from ..route_errors import TranslatedRoute
 from ..schemas import ChatRequest
-from ..streaming import named_sse, unless_gone
+from ..streaming import named_sse, off_loop, unless_gone
 
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors).
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -73,10 +73,14 @@ async def messages(body: MessagesRequest, request: Request,
                    served: Annotated[Served, Depends(served_model(MessagesRequest))]) -> Any:
     llama = served.llama
     chat = as_chat_request(body)
-    sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
-    job, plan = chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
-                         chat.response_format, own_sampler=True,
-                         **served.chat_options(enable_thinking=body.enable_thinking()))
+
+    def build() -> tuple[Job, ChatPlan]:
+        sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
+        return chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
+                        chat.response_format, own_sampler=True,
+                        **served.chat_options(enable_thinking=body.enable_thinking()))
+
+    job, plan = await off_loop(build)
     ident = f"msg_{uuid.uuid4().hex[:24]}"
     if body.stream:
         return named_sse(_events(served, job, plan, ident), _stream_error)

@@ -28,7 +28,7 @@ from ..deps import served_model
 from ..errors import ERROR_RESPONSES, ApiError, as_api_error
 from ..native_schemas import NativeCompletionRequest
 from ..registry import Served
-from ..streaming import unless_gone
+from ..streaming import off_loop, unless_gone
 
 router = APIRouter()
 
@@ -39,7 +39,7 @@ _STOP_TYPES = {StopReason.EOS: "eos", StopReason.MAX_TOKENS: "limit", StopReason
 @router.post("/completion", responses=ERROR_RESPONSES)
 async def completion(body: NativeCompletionRequest, request: Request,
                      served: Annotated[Served, Depends(served_model(NativeCompletionRequest))]) -> Any:
-    prompts = [prompt_tokens(served, p) for p in split_prompts(body.prompt)]
+    prompts = await off_loop(lambda: [prompt_tokens(served, p) for p in split_prompts(body.prompt)])
     texts = [p if isinstance(p, str) else "" for p in split_prompts(body.prompt)]
     return await run(request, served, body, prompts, texts)
 
@@ -55,7 +55,8 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     llama = served.llama
     n_predict = body.n_predict if body.n_predict is not None else request.app.state.n_predict
     sampling = body.sampling(llama.params.seed)
-    jobs = completion_jobs(llama, prompts, None if n_predict < 0 else n_predict, sampling, body.stop)
+    jobs = await off_loop(lambda: completion_jobs(llama, prompts, None if n_predict < 0 else n_predict, sampling,
+                                                  body.stop))
     settings = _settings(sampling, n_predict, body)
     if body.stream:
         return StreamingResponse(_events(served, jobs, texts, settings), media_type="text/event-stream",

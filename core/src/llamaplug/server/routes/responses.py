@@ -45,7 +45,7 @@ from ..responses_schemas import (
 )
 from ..route_errors import TranslatedRoute
 from ..schemas import ChatRequest
-from ..streaming import named_sse, unless_gone
+from ..streaming import named_sse, off_loop, unless_gone
 
 router = APIRouter(route_class=TranslatedRoute)
 
@@ -58,11 +58,16 @@ async def responses(body: ResponsesRequest, request: Request,
                             "conversation as input", param="previous_response_id", code="unsupported_parameter")
     llama = served.llama
     chat = as_chat_request(body)
-    sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
+    limit = token_limit(request, chat.max_tokens)
     effort = body.reasoning.effort if body.reasoning is not None else None
-    job, plan = chat_job(llama, chat.messages, token_limit(request, chat.max_tokens), sampler, None, chat.tools,
-                         chat.tool_choice, chat.response_format, own_sampler=True,
-                         **served.chat_options(reasoning_effort=effort, parallel_tool_calls=body.parallel_tool_calls))
+
+    def build() -> tuple[Job, ChatPlan]:
+        sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
+        return chat_job(llama, chat.messages, limit, sampler, None, chat.tools, chat.tool_choice,
+                        chat.response_format, own_sampler=True,
+                        **served.chat_options(reasoning_effort=effort, parallel_tool_calls=body.parallel_tool_calls))
+
+    job, plan = await off_loop(build)
     reply = _Reply(served, body)
     if body.stream:
         return named_sse(_events(served, reply, job, plan), reply.error)

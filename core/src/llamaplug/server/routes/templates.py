@@ -11,6 +11,7 @@ from ..deps import served_model
 from ..errors import ERROR_RESPONSES
 from ..native_schemas import ApplyTemplateRequest
 from ..registry import Served
+from ..streaming import off_loop
 
 router = APIRouter()
 
@@ -19,5 +20,5 @@ router = APIRouter()
 async def apply_template(body: ApplyTemplateRequest,
                          served: Annotated[Served, Depends(served_model(ApplyTemplateRequest))]) -> dict[str, str]:
     fields = served.chat_options(**body.chat_fields())
-    plan = plan_chat(served.llama, ChatSpec(body.messages, **fields))
+    plan = await off_loop(lambda: plan_chat(served.llama, ChatSpec(body.messages, **fields)))
     return {"prompt": plan.params["prompt"]}

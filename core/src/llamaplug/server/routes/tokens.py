@@ -10,6 +10,7 @@ from ..deps import served_model
 from ..errors import ERROR_RESPONSES
 from ..native_schemas import DetokenizeRequest, TokenizeRequest
 from ..registry import Served
+from ..streaming import off_loop
 
 router = APIRouter()
 
@@ -19,7 +20,7 @@ async def tokenize(body: TokenizeRequest, served: Annotated[Served, Depends(serv
                    ) -> dict[str, Any]:
     """{"tokens": [ids]}, or with with_pieces [{"id", "piece"}] (a piece that is not whole UTF-8: its bytes)."""
     model = served.llama.model
-    ids = model.tokenize(body.content, body.add_special, body.parse_special)
+    ids = await off_loop(lambda: model.tokenize(body.content, body.add_special, body.parse_special))
     if not body.with_pieces:
         return {"tokens": ids}
     pieces = []
