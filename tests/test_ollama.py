@@ -67,7 +67,8 @@ def server(tmp_path_factory, smollm2_path, gemma_path, fake_hub):
         env.setenv("HF_HUB_OFFLINE", "0")
         env.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
         with llamaplug_server(None, "--models-dir", str(folder), "--parallel", str(SLOTS), "-c", str(CTX),
-                              "--seed", "2", "--api-key", KEY) as (port, proc):
+                              "--seed", "2", "--api-key", KEY, "-t", "1") as (port, proc):
+            # (-t 1 after the helper's -t: two decode threads that wait on each other crawl on a busy machine)
             yield port, proc
 
 
@@ -177,23 +178,33 @@ def test_stop_and_seed_options(client, oai, names):
     assert got.message.content == want and "\n" not in got.message.content
 
 
-def test_a_tool_call_has_object_arguments(client, oai, names):
+def test_tool_calls_have_object_arguments(client, oai, port, names):
     name = names[0]
     messages = [{"role": "user", "content": "What is the weather in Paris? Use the get_weather tool."}]
-    reply = client.chat(model=name, messages=messages, tools=[WEATHER], options={"temperature": 0,
-                                                                                 "num_predict": 64})
+    options = {"temperature": 0, "num_predict": 64}
+    # The model decides (Ollama has no tool_choice): whatever it does, it is what /v1/chat/completions gives.
     want = oai.chat.completions.create(model=name, messages=messages, tools=[WEATHER], max_tokens=64,
                                        temperature=0).choices[0].message
-    assert want.tool_calls, f"the model did not call the tool: {want.content!r}"
-    calls = reply.message.tool_calls
-    assert [c.function.name for c in calls] == [c.function.name for c in want.tool_calls]
-    assert isinstance(calls[0].function.arguments, dict)
-    assert calls[0].function.arguments == json.loads(want.tool_calls[0].function.arguments)
-    streamed = [c for p in client.chat(model=name, messages=messages, tools=[WEATHER], stream=True,
-                                       options={"temperature": 0, "num_predict": 64})
-                for c in p.message.tool_calls or []]
-    assert [(c.function.name, c.function.arguments) for c in streamed] == \
-        [(c.function.name, c.function.arguments) for c in calls]
+    reply = client.chat(model=name, messages=messages, tools=[WEATHER], options=options)
+    assert reply.message.content == (want.content or "")
+    assert [(c.function.name, c.function.arguments) for c in reply.message.tool_calls or []] == \
+        [(c.function.name, json.loads(c.function.arguments)) for c in want.tool_calls or []]
+    # A forced call (tool_choice: llamaplug's addition, as OpenAI's) read by the client's own types: the
+    # arguments are an object, equal to the JSON text /v1 gives for the same request.
+    forced = oai.chat.completions.create(model=name, messages=messages, tools=[WEATHER], max_tokens=64,
+                                         temperature=0, tool_choice="required").choices[0].message
+    body = {"model": name, "messages": messages, "tools": [WEATHER], "tool_choice": "required", "stream": False,
+            "options": options}
+    for stream in (False, True):
+        got = httpx.post(f"http://127.0.0.1:{port}/api/chat", json={**body, "stream": stream}, headers=AUTH,
+                         timeout=300)
+        assert got.status_code == 200, got.text
+        parts = [ollama.ChatResponse(**json.loads(line)) for line in got.text.splitlines() if line.strip()]
+        calls = [c for p in parts for c in p.message.tool_calls or []]
+        assert calls and all(isinstance(c.function.arguments, dict) for c in calls)
+        assert [(c.function.name, c.function.arguments) for c in calls] == \
+            [(c.function.name, json.loads(c.function.arguments)) for c in forced.tool_calls]
+        assert parts[-1].done and parts[-1].done_reason == "stop"
     # the call and its result sent back (arguments as an object, the result by tool_name) give a reply
     history = [*messages, {"role": "assistant", "content": "", "tool_calls": [
         {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
@@ -201,6 +212,23 @@ def test_a_tool_call_has_object_arguments(client, oai, names):
     after = client.chat(model=name, messages=history, tools=[WEATHER], options={"temperature": 0,
                                                                                "num_predict": 24})
     assert after.done and (after.message.content or after.message.tool_calls)
+
+
+def test_suffix_is_fill_in_the_middle_as_infill(port, names):
+    """generate's suffix: the model's FIM prompt, as llama-server's /infill lays it out (a 400 where the model has
+    no FIM tokens, on both)."""
+    for name in names:
+        want = httpx.post(f"http://127.0.0.1:{port}/infill", headers=AUTH, timeout=300, json={
+            "model": name, "input_prefix": "def add(a, b):\n", "input_suffix": "\n    return c\n", "n_predict": 8,
+            "temperature": 0})
+        got = httpx.post(f"http://127.0.0.1:{port}/api/generate", headers=AUTH, timeout=300, json={
+            "model": name, "prompt": "def add(a, b):\n", "suffix": "\n    return c\n", "stream": False,
+            "options": {"temperature": 0, "num_predict": 8}})
+        assert got.status_code == want.status_code, (got.text, want.text)
+        if want.status_code == 200:
+            assert got.json()["response"] == want.json()["content"]
+        else:
+            assert set(got.json()) == {"error"} and "FIM" in got.json()["error"]
 
 
 def test_format_json_schema(client, names):
@@ -294,7 +322,7 @@ def test_unknown_model_is_ollamas_404(client, port):
     ("/api/chat", {"model": "M", "messages": FRUITS, "keep_alive": "soon"}),
     ("/api/chat", {"model": "M", "messages": FRUITS, "format": {"type": "nonsense"}}),
     ("/api/generate", {"model": "M", "prompt": "x", "template": "{{ .Prompt }}"}),
-    ("/api/generate", {"model": "M", "prompt": "x", "suffix": "y"}),
+    ("/api/chat", {"model": "M", "messages": [{"role": "user", "content": "hi", "images": ["aGVsbG8="]}]}),
     ("/api/embed", {"model": "M", "input": [1, 2]}),
     ("/api/show", {}),
     ("/api/pull", {"model": "not a repo"}),

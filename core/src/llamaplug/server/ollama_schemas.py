@@ -59,6 +59,8 @@ class _Generating(_Body):
 class ChatRequest(_Generating):
     messages: list[Message] = Field(default_factory=list, description="empty: load the model (keep_alive 0: unload)")
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = Field(None, description="llamaplug's, not Ollama's: as OpenAI's "
+                                                     '("auto", "required", {"type": "function", ...})')
 
 
 class GenerateRequest(_Generating):

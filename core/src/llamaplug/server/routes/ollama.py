@@ -95,8 +95,8 @@ async def chat(body: ChatRequest, request: Request, lease: Annotated[Leased, Dep
     sampling = Sampling(body.options, llama.params.seed)
     sampler = sampling.params.build_chain(llama.model)
     job, kind = chat_job(llama, chat_messages(body.messages), token_limit(request, sampling.max_tokens), sampler,
-                         sampling.stop, body.tools or None, None, response_format(body.format), served.chat_template,
-                         own_sampler=True)
+                         sampling.stop, body.tools or None, body.tool_choice, response_format(body.format),
+                         served.chat_template, own_sampler=True)
     if body.stream:
         return _stream(_chat_lines(served, job, kind, body.model, lease))
     done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
