@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .errors import HubError, InvalidParameterError
+from .errors import HubError, InvalidParameterError, LlamaError
 
 
 def _ref(model: str) -> tuple[str, str | None]:
@@ -85,9 +85,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for m in hub.cached_models():
         try:
             quant = card(m.path).quantization
-        except HubError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a broken file is listed as such, not the end of the list
+        except LlamaError as exc:  # a broken file is listed as such, not the end of the list
             quant = f"unreadable ({type(exc).__name__})"
         rows.append((m.name, _size(m.size), quant, _ago(m.modified)))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
