@@ -512,8 +512,10 @@ def parser() -> argparse.ArgumentParser:
     tokenizer = sub.add_parser("tokenizer", help="tokenizer tools (plugin llamaplug-tokenizer-hf)")
     groups = {"tokenizer": tokenizer.add_subparsers(dest="tokenizer_command", required=True)}
     from .bench import add_parser
+    from .model_commands import add_model_commands
 
     add_parser(sub)
+    add_model_commands(sub)
     _add_plugin_commands(sub, groups)
     return p
 

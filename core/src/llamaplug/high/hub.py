@@ -5,14 +5,22 @@ glob (`filename="*Q4_K_M.gguf"`) or by a quantization tag as llama.cpp's `-hf or
 (the tag followed by "." or "-" in the name, case-insensitive; no tag: Q4_K_M, then Q8_0, then the
 first model file). A split model (`NAME-00001-of-00003.gguf`) is one choice: every part is
 downloaded and the first part's path returned (llama.cpp opens the others).
+
+`download(..., progress=fn)` reports each file's bytes as they arrive (the partial file in the
+cache, watched), for `llamaplug pull` and Ollama's /api/pull; `cached_models` and `remove_cached`
+list and delete the models in the cache (`llamaplug list` / `rm`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import logging
 import os
 import re
+import shutil
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,20 +176,162 @@ def pick(files: list[str], repo_id: str, filename: str | None = None, tag: str |
     return parts
 
 
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """How far the download of one file is: `completed` of `total` bytes (0: not known yet)."""
+
+    file: str  # its path in the repository
+    digest: str  # the Hub's etag of it: its sha256 for a large (LFS) file; "" when not known
+    completed: int
+    total: int
+
+
+ProgressFn = Callable[[Progress], None]
+_POLL = 0.25  # seconds between two looks at a partial download
+
+
 def download(repo_id: str, filename: str | None = None, *, tag: str | None = None, revision: str | None = None,
-             cache_dir: str | os.PathLike[str] | None = None, endpoint: str | None = None) -> Path:
-    """Download (or find in the cache) one model of `repo_id` and return the local path of its (first) file."""
+             cache_dir: str | os.PathLike[str] | None = None, endpoint: str | None = None,
+             progress: ProgressFn | None = None) -> Path:
+    """Download (or find in the cache) one model of `repo_id` and return the local path of its (first) file.
+
+    `progress`, if given, is called (from this thread and a watcher thread) as each file's bytes arrive.
+    """
     hub = _hub()
     parts = pick(repo_files(repo_id, revision, cache_dir, endpoint), repo_id, filename, tag)
     errors = hub.errors
     paths = []
     for part in parts:
         try:
-            paths.append(Path(hub.hf_hub_download(repo_id, part, revision=revision, cache_dir=cache_dir,
-                                                  endpoint=endpoint, local_files_only=_offline(hub))))
+            if progress is None:
+                paths.append(Path(hub.hf_hub_download(repo_id, part, revision=revision, cache_dir=cache_dir,
+                                                      endpoint=endpoint, local_files_only=_offline(hub))))
+            else:
+                paths.append(_download_reporting(hub, repo_id, part, revision, cache_dir, endpoint, progress))
         except errors.LocalEntryNotFoundError:
             raise HubError(f"{repo_id}: {part} is not in the local cache and the Hub cannot be used "
                            f"(offline, or unreachable)") from None
         except (errors.HfHubHTTPError, OSError) as exc:
             raise HubError(f"{repo_id}: downloading {part} failed: {exc}") from None
     return paths[0]
+
+
+def _download_reporting(hub: Any, repo_id: str, part: str, revision: str | None,
+                        cache_dir: str | os.PathLike[str] | None, endpoint: str | None, progress: ProgressFn) -> Path:
+    """hf_hub_download of one file, its partial blob (blobs/ETAG.incomplete) watched meanwhile for `progress`."""
+    cached = hub.try_to_load_from_cache(repo_id, part, cache_dir=cache_dir, revision=revision)
+    if isinstance(cached, str) or _offline(hub):
+        path = Path(hub.hf_hub_download(repo_id, part, revision=revision, cache_dir=cache_dir, endpoint=endpoint,
+                                        local_files_only=_offline(hub)))
+        size = path.stat().st_size
+        progress(Progress(part, path.resolve().name, size, size))
+        return path
+    meta = hub.get_hf_file_metadata(hub.hf_hub_url(repo_id, part, revision=revision, endpoint=endpoint))
+    etag, total = meta.etag or "", meta.size or 0
+    partial = _repo_folder(hub, repo_id, cache_dir) / "blobs" / f"{etag}.incomplete"
+    progress(Progress(part, etag, 0, total))
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(_POLL):
+            try:
+                progress(Progress(part, etag, partial.stat().st_size, total))
+            except FileNotFoundError:
+                pass
+
+    watcher = threading.Thread(target=watch, name="llamaplug-hub-progress", daemon=True)
+    watcher.start()
+    try:
+        path = Path(hub.hf_hub_download(repo_id, part, revision=revision, cache_dir=cache_dir, endpoint=endpoint))
+    finally:
+        stop.set()
+        watcher.join()
+    size = path.stat().st_size
+    progress(Progress(part, etag or path.resolve().name, size, total or size))
+    return path
+
+
+def _repo_folder(hub: Any, repo_id: str, cache_dir: str | os.PathLike[str] | None) -> Path:
+    root = Path(cache_dir if cache_dir is not None else hub.constants.HF_HUB_CACHE)
+    return root / ("models--" + repo_id.replace("/", "--"))
+
+
+@dataclasses.dataclass(frozen=True)
+class CachedModel:
+    """One model file in the Hub's cache (a split model: its first part)."""
+
+    repo_id: str
+    file: str  # its path in the repository
+    path: Path  # in the snapshot (a link to its blob)
+    revision: str  # the snapshot's commit
+    tag: str | None  # the quantization tag that picks it ("org/repo:TAG"), None where no tag alone does
+    size: int  # bytes, every part
+    modified: float  # when it was downloaded (the blob's modification time)
+
+    @property
+    def name(self) -> str:
+        return f"{self.repo_id}:{self.tag}" if self.tag else f"{self.repo_id}/{self.file}"
+
+
+def cached_models(cache_dir: str | os.PathLike[str] | None = None) -> list[CachedModel]:
+    """The GGUF models in the Hub's cache, by repository and file (mmproj, imatrix files excepted)."""
+    hub = _hub()
+    root = Path(cache_dir if cache_dir is not None else hub.constants.HF_HUB_CACHE)
+    found: list[CachedModel] = []
+    for repo in sorted(root.glob("models--*--*")):
+        repo_id = repo.name.removeprefix("models--").replace("--", "/", 1)
+        for snapshot in sorted((repo / "snapshots").glob("*")):
+            files = sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
+            for first, parts in _choices([f for f in files if _is_model(f)]).items():
+                path = snapshot / first
+                found.append(CachedModel(repo_id, first, path, snapshot.name, _tag_of(files, repo_id, first),
+                                         sum((snapshot / p).stat().st_size for p in parts),
+                                         path.resolve().stat().st_mtime))
+    return found
+
+
+def _tag_of(files: list[str], repo_id: str, first: str) -> str | None:
+    """The shortest tail of `first`'s name ("Q8_0", "Instruct-Q8_0") that picks it alone, as `pick` picks by tag."""
+    name = first.rsplit("/", 1)[-1]
+    split = _SPLIT.match(name)
+    words = (split["prefix"] if split else name.removesuffix(".gguf")).split("-")
+    for k in range(1, len(words)):
+        tag = "-".join(words[-k:])
+        try:
+            if pick(files, repo_id, tag=tag)[0] == first:
+                return tag
+        except (InvalidParameterError, ModelNotFoundError):
+            continue
+    return None
+
+
+def remove_cached(repo_id: str, tag: str | None = None, cache_dir: str | os.PathLike[str] | None = None
+                  ) -> list[Path]:
+    """Delete from the Hub's cache the model `tag` picks in `repo_id` (every snapshot of it), or with no tag the
+    whole repository. Returns the snapshot paths removed; ModelNotFoundError if there is nothing to remove."""
+    hub = _hub()
+    folder = _repo_folder(hub, repo_id, cache_dir)
+    if tag is None:
+        if not folder.is_dir():
+            raise ModelNotFoundError(f"{repo_id} is not in the Hub cache ({folder.parent})")
+        removed = [p for p in (folder / "snapshots").rglob("*") if p.is_file()]
+        shutil.rmtree(folder)
+        return removed
+    links: list[Path] = []
+    for snapshot in sorted((folder / "snapshots").glob("*")):
+        files = sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
+        try:
+            links += [snapshot / part for part in pick(files, repo_id, tag=tag)]
+        except ModelNotFoundError:
+            continue
+    if not links:
+        raise ModelNotFoundError(f"{repo_id}:{tag} is not in the Hub cache ({folder.parent})")
+    blobs = {link.resolve() for link in links}
+    for link in links:
+        link.unlink()
+    # A blob goes once no snapshot links to it any more (another revision may share it).
+    still = {p.resolve() for p in (folder / "snapshots").rglob("*") if p.is_file()}
+    for blob in blobs - still:
+        if blob.parent.name == "blobs":
+            blob.unlink(missing_ok=True)
+    return links

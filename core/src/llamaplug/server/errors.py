@@ -37,6 +37,9 @@ _NOT_THE_CLIENTS: dict[type[LlamaError], tuple[int, str, str]] = {
 NATIVE_PATHS = ("/completion", "/infill", "/tokenize", "/detokenize", "/apply-template", "/props", "/slots",
                 "/rerank", "/reranking", "/v1/rerank", "/v1/reranking", "/embedding")
 
+# Ollama's API: its errors are {"error": "message"}.
+OLLAMA_PREFIX = "/api/"
+
 # llama-server's error "type" for each status (server-common.cpp's error types).
 _NATIVE_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                  404: "not_found_error", 501: "not_supported_error", 503: "unavailable_error"}
@@ -80,9 +83,12 @@ def as_api_error(exc: Exception) -> ApiError:
 
 
 def response(exc: ApiError, path: str = "") -> JSONResponse:
-    """`exc` as the body of the API that `path` is part of: llama-server's shape on NATIVE_PATHS, else OpenAI's."""
+    """`exc` as the body of the API that `path` is part of: llama-server's shape on NATIVE_PATHS, Ollama's under
+    /api/, else OpenAI's."""
     body: dict[str, Any]
-    if is_native(path):
+    if path.startswith(OLLAMA_PREFIX):  # Ollama's shape (routes/ollama*.py answer their own errors so)
+        body = {"error": str(exc)}
+    elif is_native(path):
         body = {"error": {"code": exc.status, "message": str(exc),
                           "type": _NATIVE_TYPES.get(exc.status, "server_error"), **exc.native}}
     else:

@@ -385,6 +385,64 @@ class ModelRegistry:
         finally:
             entry.unloading = None
 
+    # -- models added and removed while serving (Ollama's /api/pull, /api/copy, /api/delete) ---------------
+    def params(self, name: str) -> LlamaParams:
+        """The load parameters of the model named `name` (404 if none)."""
+        e = self._entry(name)
+        if e.spec is not None:
+            return e.spec.params
+        assert e.served is not None
+        return e.served.llama.params
+
+    def expires_in(self, name: str) -> float | None:
+        """Seconds until the idle timer of the model named `name` unloads it; None: no timer runs."""
+        e = self._entry(name)
+        if e.timer is None:
+            return None
+        return max(0.0, e.timer.when() - asyncio.get_running_loop().time())
+
+    def add(self, spec: ModelSpec) -> None:
+        """Serve one more model, loaded when first asked for; a name already served is a 400."""
+        for name in (spec.id, *spec.aliases):
+            if name in self._names:
+                raise ApiError(400, f"a served model is already named {name!r}", param="model", code="model_exists")
+        entry = _Entry(spec, None)
+        self._entries[entry.id] = entry
+        for name in (spec.id, *spec.aliases):
+            self._names[name] = entry
+        if len(self._entries) > 1:
+            _map_big_buffers()
+
+    def add_alias(self, name: str, alias: str) -> None:
+        """Make `alias` one more name of the model named `name`."""
+        entry = self._entry(name)
+        if alias in self._names:
+            raise ApiError(400, f"a served model is already named {alias!r}", param="destination",
+                           code="model_exists")
+        entry.aliases = (*entry.aliases, alias)
+        self._names[alias] = entry
+
+    async def remove(self, name: str) -> None:
+        """Stop serving what `name` names: an alias loses that name; a model is unloaded (once its requests
+        are done) and forgotten."""
+        entry = self._entry(name)
+        if name != entry.id:
+            entry.aliases = tuple(a for a in entry.aliases if a != name)
+            del self._names[name]
+            return
+        if entry.spec is None:
+            raise ApiError(400, f"model {entry.id!r} was given loaded and cannot be removed", param="model",
+                           code="model_pinned")
+        if len(self._entries) == 1:
+            raise ApiError(400, f"model {entry.id!r} is the only one served and cannot be removed", param="model",
+                           code="model_pinned")
+        for alias in (entry.id, *entry.aliases):  # first: no new request finds it
+            self._names.pop(alias, None)
+        del self._entries[entry.id]
+        if entry.loading is not None:
+            await asyncio.shield(entry.loading)
+        await self._unload(entry, ModelState.UNLOADED)
+
     # -- idle timers -------------------------------------------------------------------------------------
     def _when_idle(self, entry: _Entry) -> None:
         """After a request: start the idle timer of `entry` (keep-alive or sleep) if nothing uses it."""
@@ -419,6 +477,8 @@ class ModelRegistry:
         if entry.users or entry.wanted or entry.loading is not None or entry.served is None:
             return
         await self._unload(entry, state)
+        if entry.keep_alive == 0:  # "unload after this request" is done: a later load keeps the server's own
+            entry.keep_alive = None
 
     @staticmethod
     def _cancel_timer(entry: _Entry) -> bool:

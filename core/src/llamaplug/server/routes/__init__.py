@@ -12,6 +12,8 @@ from . import (
                messages,
                models,
                native,
+               ollama,
+               ollama_models,
                page,
                props,
                rerank,
@@ -25,4 +27,6 @@ ROUTERS = [admin.router, models.router, lifecycle.router, completions.router, ch
            messages.router, responses.router,
            # llama-server's own API (errors in its shape: errors.NATIVE_PATHS)
            native.router, infill.router, tokens.router, templates.router, props.router, rerank.router,
+           # Ollama's API (errors in its shape: {"error": "..."})
+           ollama.router, ollama_models.router,
            page.router]

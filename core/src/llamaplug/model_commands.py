@@ -1,0 +1,198 @@
+"""`llamaplug pull`, `list`, `show`, `rm`, `ps`: the Hugging Face cache's models, as Ollama's commands manage its own.
+
+pull, list, show and rm work on the Hub's cache that the hub loader (high/hub.py) downloads into
+(HF_HUB_CACHE; `llamaplug run org/repo:TAG` and `serve -m org/repo:TAG` read the same files);
+a model is named "org/repo:TAG" (TAG: a quantization, as llama.cpp's -hf). ps asks a running
+`llamaplug serve` what it has loaded (its Ollama API, /api/ps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .errors import HubError, InvalidParameterError, LlamaError
+
+
+def _ref(model: str) -> tuple[str, str | None]:
+    from .high import hub
+
+    bare = model.removesuffix(":latest")
+    for host in ("hf.co/", "huggingface.co/", "https://huggingface.co/"):
+        bare = bare.removeprefix(host)
+    ref = hub.parse_ref(bare)
+    if ref is None:
+        raise InvalidParameterError(f"{model!r} is not a Hugging Face model: give org/repo[:TAG]", field="model")
+    return ref
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def _ago(when: float) -> str:
+    seconds = max(0.0, time.time() - when)
+    for unit, length in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= length:
+            n = int(seconds // length)
+            return f"{n} {unit}{'s' if n > 1 else ''} ago"
+    return "just now"
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .high import hub
+
+    repo, tag = _ref(args.model)
+    bars: dict[str, Any] = {}
+
+    def progress(p: hub.Progress) -> None:
+        bar = bars.get(p.file)
+        if bar is None:
+            bar = bars[p.file] = tqdm(total=p.total or None, unit="B", unit_scale=True, unit_divisor=1024,
+                                      desc=f"pulling {p.file}", disable=args.quiet, file=sys.stderr)
+        if p.total and bar.total != p.total:
+            bar.total = p.total
+        bar.update(p.completed - bar.n)
+
+    try:
+        path = hub.download(repo, tag=tag, progress=progress)
+    finally:
+        for bar in bars.values():
+            bar.close()
+    print(path)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .high import hub
+    from .high.model_card import card
+
+    rows = [("NAME", "SIZE", "QUANTIZATION", "MODIFIED")]
+    for m in hub.cached_models():
+        try:
+            quant = card(m.path).quantization
+        except LlamaError as exc:  # a broken file is listed as such, not the end of the list
+            quant = f"unreadable ({type(exc).__name__})"
+        rows.append((m.name, _size(m.size), quant, _ago(m.modified)))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _find(model: str) -> Path:
+    """A GGUF path, or the cached file "org/repo[:TAG]" names (no download)."""
+    from .high import hub
+
+    if Path(model).is_file():
+        return Path(model)
+    repo, tag = _ref(model)
+    found = [m for m in hub.cached_models() if m.repo_id == repo]
+    if not found:
+        raise HubError(f"{repo} is not in the Hub cache: `llamaplug pull {model}` first")
+    first = hub.pick([m.file for m in found], repo, tag=tag)[0]
+    return next(m.path for m in found if m.file == first)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .high.model_card import card
+
+    c = card(_find(args.model))
+    if args.template:
+        print(c.chat_template or "")
+        return 0
+    meta = c.metadata()
+    rows = [("architecture", c.family), ("parameters", c.parameter_size),
+            ("context length", str(c.context_length or "")), ("embedding length", str(c.embedding_length or "")),
+            ("quantization", c.quantization), ("size", _size(c.size)), ("file", str(c.path))]
+    print("  Model")
+    for key, value in rows:
+        print(f"    {key:<20}{value}")
+    template = c.chat_template or ""
+    capabilities = ["completion"] + (["tools"] if "tools" in template else []) + \
+        (["insert"] if "tokenizer.ggml.fim_pre_token_id" in meta else [])
+    print("\n  Capabilities")
+    for cap in capabilities:
+        print(f"    {cap}")
+    if isinstance(meta.get("general.license"), str):
+        print(f"\n  License\n    {meta['general.license']}")
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from .high import hub
+
+    for model in args.model:
+        repo, tag = _ref(model)
+        hub.remove_cached(repo, tag)
+        print(f"deleted '{model}'")
+    return 0
+
+
+def server_url(host: str | None) -> str:
+    """The server's URL from --host, else LLAMAPLUG_HOST or OLLAMA_HOST (host[:port] or a URL), else 127.0.0.1:8080."""
+    given = host or os.environ.get("LLAMAPLUG_HOST") or os.environ.get("OLLAMA_HOST") or "127.0.0.1:8080"
+    return given.rstrip("/") if "://" in given else f"http://{given}"
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    url = server_url(args.host) + "/api/ps"
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as resp:
+            models = json.loads(resp.read())["models"]
+    except urllib.error.HTTPError as exc:
+        raise InvalidParameterError(f"{url}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}",
+                                    field="host") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise InvalidParameterError(f"cannot reach {url}: {exc}: is `llamaplug serve` running there?",
+                                    field="host") from None
+    rows = [("NAME", "SIZE", "CONTEXT", "UNTIL")]
+    for m in models:
+        until = m.get("expires_at", "")
+        if until.startswith("9999"):
+            until = "Forever"
+        else:
+            with_tz = datetime.datetime.fromisoformat(until.replace("Z", "+00:00"))
+            until = f"{max(0, int(with_tz.timestamp() - time.time()))} seconds from now"
+        rows.append((m["name"], _size(m["size"]), str(m.get("context_length", "")), until))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def add_model_commands(sub: argparse._SubParsersAction) -> None:
+    """pull, list, show, rm and ps on the `llamaplug` parser."""
+    where = "org/repo[:TAG] (TAG: a quantization such as Q4_K_M, Q8_0; hf.co/org/repo[:TAG] too)"
+    pull = sub.add_parser("pull", help="download a GGUF model from the Hugging Face Hub into its cache")
+    pull.add_argument("model", help=where)
+    pull.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    pull.set_defaults(func=cmd_pull)
+    listing = sub.add_parser("list", aliases=["ls"], help="the GGUF models in the Hugging Face cache")
+    listing.set_defaults(func=cmd_list)
+    show = sub.add_parser("show", help="what a model is: architecture, parameters, quantization, ...")
+    show.add_argument("model", help=f"a GGUF file or a cached {where}")
+    show.add_argument("--template", action="store_true", help="print its chat template only")
+    show.set_defaults(func=cmd_show)
+    rm = sub.add_parser("rm", help="delete models from the Hugging Face cache")
+    rm.add_argument("model", nargs="+", help=f"{where}; without a TAG the whole repository")
+    rm.set_defaults(func=cmd_rm)
+    ps = sub.add_parser("ps", help="the models a running `llamaplug serve` has loaded")
+    ps.add_argument("--host", help="its address (default: LLAMAPLUG_HOST, OLLAMA_HOST or 127.0.0.1:8080)")
+    ps.add_argument("--api-key", help="the server's --api-key")
+    ps.set_defaults(func=cmd_ps)

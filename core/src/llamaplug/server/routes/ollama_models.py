@@ -1,0 +1,231 @@
+"""Ollama's model routes: /api/tags, /api/show, /api/ps, /api/version, /api/pull, /api/copy, DELETE /api/delete.
+
+The models are the served ones (-m, --models-dir, and those pulled or copied here). An
+Ollama client names a model `name`, `name:tag` or `name:latest`: a served id or alias,
+with ":latest" (and a file's ".gguf") optional; /api/tags lists each as Ollama lists its own,
+with a tag (":latest" where the name has none). An unknown name is Ollama's 404,
+{"error": "model '...' not found"}, as every error here is {"error": "..."}.
+
+/api/pull downloads "org/repo[:TAG]" (or "hf.co/org/repo[:TAG]", as Ollama pulls from the
+Hugging Face Hub) through the hub loader into the Hub's cache, streaming Ollama's progress
+lines, then serves it under that name (loaded on its first request, with the settings of the
+server's first model). /api/copy adds a name; /api/delete removes a name, or a model with all
+of its names (unloading it): files are never deleted from here (`llamaplug rm` deletes cached ones).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from ... import __version__
+from ...errors import LlamaError
+from ...high import hub
+from ...high.model_card import ModelCard, card
+from ..deps import models as served_models
+from ..errors import ApiError, as_api_error
+from ..ollama_schemas import CopyRequest, ModelName, PullRequest
+from ..registry import ModelRegistry, ModelSpec
+from ..route_errors import TranslatedRoute
+
+# The Ollama release whose API this mirrors (its api/types.go and docs/api.md): what /api/version says, since
+# clients compare it with the Ollama versions that added what they use.
+OLLAMA_API_VERSION = "0.13.0"
+_NEVER = "9999-12-31T23:59:59Z"  # /api/ps's expires_at of a model no timer unloads
+
+
+class OllamaRoute(TranslatedRoute):
+    """A route whose errors, a body that does not fit included, are Ollama's {"error": "..."}."""
+
+    def shape(self, error: ApiError) -> Response:
+        return JSONResponse({"error": str(error)}, status_code=error.status, headers=error.headers)
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"description": '{"error": "..."}'} for code in (400, 401, 404, 503)}
+router = APIRouter(route_class=OllamaRoute)
+
+
+def resolve(registry: ModelRegistry, name: str) -> str:
+    """The served id that an Ollama client's `name` names; Ollama's 404 if none."""
+    base = name.removesuffix(":latest")
+    for candidate in dict.fromkeys((name, base, base + ".gguf")):
+        try:
+            return registry.describe(candidate)[0]
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+    raise ApiError(404, f"model '{name}' not found", param="model", code="model_not_found")
+
+
+def listed(name: str) -> str:
+    """A name as Ollama lists it: with a tag."""
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+def iso(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def now() -> str:
+    return iso(time.time())
+
+
+async def model_card(registry: ModelRegistry, ident: str) -> ModelCard:
+    """The card of a served model's file (read off the event loop: a big vocabulary takes a moment)."""
+    path = registry.params(ident).model_path
+    try:
+        return await asyncio.to_thread(card, path)
+    except LlamaError as exc:
+        raise ApiError(500, f"model '{ident}': {exc}", "server_error", param="model") from None
+
+
+def details(c: ModelCard) -> dict[str, Any]:
+    return {"parent_model": "", "format": "gguf", "family": c.family, "families": [c.family],
+            "parameter_size": c.parameter_size, "quantization_level": c.quantization}
+
+
+@router.get("/api/version")
+async def version() -> dict[str, str]:
+    return {"version": OLLAMA_API_VERSION, "llamaplug": __version__}
+
+
+@router.get("/api/tags", responses=ERRORS)
+async def tags(registry: Annotated[ModelRegistry, Depends(served_models)]) -> dict[str, Any]:
+    out = []
+    for ident in registry.names():
+        c = await model_card(registry, ident)
+        for name in (ident, *registry.describe(ident)[3]):
+            out.append({"name": listed(name), "model": listed(name), "modified_at": iso(c.modified), "size": c.size,
+                        "digest": c.digest, "details": details(c)})
+    return {"models": out}
+
+
+@router.get("/api/ps", responses=ERRORS)
+async def ps(registry: Annotated[ModelRegistry, Depends(served_models)]) -> dict[str, Any]:
+    out = []
+    for served in registry:
+        c = await model_card(registry, served.id)
+        left = registry.expires_in(served.id)
+        out.append({"name": listed(served.id), "model": listed(served.id), "size": c.size, "digest": c.digest,
+                    "details": details(c), "expires_at": _NEVER if left is None else iso(time.time() + left),
+                    "size_vram": 0, "context_length": served.llama.engine.n_ctx_seq})
+    return {"models": out}
+
+
+@router.post("/api/show", responses=ERRORS)
+async def show(body: ModelName, registry: Annotated[ModelRegistry, Depends(served_models)]) -> dict[str, Any]:
+    ident = resolve(registry, body.which())
+    c = await model_card(registry, ident)
+    meta = c.metadata(arrays=body.verbose)
+    template = c.chat_template or ""
+    capabilities = ["completion"]
+    if f"{c.family}.pooling_type" in meta:
+        capabilities.append("embedding")
+    if "tools" in template:
+        capabilities.append("tools")
+    if "tokenizer.ggml.fim_pre_token_id" in meta:
+        capabilities.append("insert")
+    if registry.multimodal(ident):
+        capabilities.append("vision")
+    if "<think>" in template or "enable_thinking" in template:
+        capabilities.append("thinking")
+    license_ = meta.get("general.license")
+    return {"license": license_ if isinstance(license_, str) else "",
+            "modelfile": f"# served by llamaplug {__version__}\nFROM {c.path}\n", "parameters": "",
+            "template": template, "details": details(c) | {"context_length": c.context_length,
+                                                             "embedding_length": c.embedding_length},
+            "model_info": meta, "capabilities": capabilities, "modified_at": iso(c.modified)}
+
+
+@router.post("/api/copy", responses=ERRORS)
+async def copy(body: CopyRequest, registry: Annotated[ModelRegistry, Depends(served_models)]) -> Response:
+    ident = resolve(registry, body.source)
+    registry.add_alias(ident, body.destination.removesuffix(":latest"))
+    return Response(status_code=200)
+
+
+@router.delete("/api/delete", responses=ERRORS)
+async def delete(body: ModelName, registry: Annotated[ModelRegistry, Depends(served_models)]) -> Response:
+    given = body.which()
+    ident = resolve(registry, given)
+    names = (ident, *registry.describe(ident)[3])
+    name = next((n for n in dict.fromkeys((given, given.removesuffix(":latest"))) if n in names), ident)
+    await registry.remove(name)
+    return Response(status_code=200)
+
+
+def hub_ref(name: str) -> tuple[str, str | None, str]:
+    """(repo, tag or None, the name it is served under) of a pull's `name`; a 400 if it names no Hub model."""
+    served = name.removesuffix(":latest")
+    bare = served
+    for host in ("hf.co/", "huggingface.co/", "https://huggingface.co/"):
+        bare = bare.removeprefix(host)
+    ref = hub.parse_ref(bare)
+    if ref is None:
+        raise ApiError(400, f"{name!r} names no Hugging Face model: pull org/repo[:TAG] (or hf.co/org/repo[:TAG]); "
+                            "Ollama's own library is not reachable from here", param="model")
+    return ref[0], ref[1], served
+
+
+@router.post("/api/pull", responses=ERRORS)
+async def pull(body: PullRequest, request: Request) -> Any:
+    registry: ModelRegistry = served_models(request)
+    repo, tag, name = hub_ref(body.which())
+    if not body.stream:
+        async for line in _pulling(registry, repo, tag, name):
+            if "error" in line:
+                raise ApiError(400, line["error"], param="model")
+        return {"status": "success"}
+    return StreamingResponse(ndjson(_pulling(registry, repo, tag, name)), media_type="application/x-ndjson")
+
+
+async def _pulling(registry: ModelRegistry, repo: str, tag: str | None, name: str) -> AsyncIterator[dict[str, Any]]:
+    """Ollama's pull progress: the manifest, each file's bytes, then success (or {"error"}, the last line)."""
+    yield {"status": "pulling manifest"}
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[hub.Progress | None] = asyncio.Queue()
+
+    def report(p: hub.Progress) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, p)
+
+    async def fetch() -> Any:
+        try:
+            return await asyncio.to_thread(hub.download, repo, tag=tag, progress=report)
+        finally:
+            queue.put_nowait(None)
+
+    task = asyncio.ensure_future(fetch())
+    try:
+        while (p := await queue.get()) is not None:
+            digest = p.digest or p.file
+            yield {"status": f"pulling {digest[:12]}", "digest": f"sha256:{digest}", "total": p.total,
+                   "completed": p.completed}
+        path = await task
+    except LlamaError as exc:
+        yield {"error": str(exc)}
+        return
+    finally:
+        task.cancel()
+    yield {"status": "verifying sha256 digest"}
+    yield {"status": "writing manifest"}
+    try:
+        resolve(registry, name)
+    except ApiError:  # new here: served from now on, with the first model's settings
+        base = registry.params(registry.names()[0])
+        registry.add(ModelSpec(name, base.model_copy(update={"model_path": path, "mmproj_path": None})))
+    yield {"status": "success"}
+
+
+async def ndjson(lines: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+    try:
+        async for line in lines:
+            yield json.dumps(line, ensure_ascii=False) + "\n"
+    except (LlamaError, ApiError) as exc:  # the status line is sent: the error is the last line
+        yield json.dumps({"error": str(as_api_error(exc))}, ensure_ascii=False) + "\n"
