@@ -26,6 +26,7 @@ import openai
 import pytest
 from fixtures.tiny_gguf import model_bytes
 from llamaplug_testing import llamaplug_server
+from llamaplug_testing.chat_replies import TIME_TOOL, few_shot
 from test_hub import MAIN, FakeHub
 
 import llamaplug as lp
@@ -38,10 +39,6 @@ KEY = "ollama-test-key"  # the server's --api-key: every client below sends it
 AUTH = {"Authorization": f"Bearer {KEY}"}
 HUB_REPO = "org/tiny-GGUF"
 FRUITS = [{"role": "user", "content": "Name three fruits."}]
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "the city"}},
-                   "required": ["city"]}}}
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +57,8 @@ def fake_hub(tiny):
 def server(tmp_path_factory, smollm2_path, gemma_path, fake_hub):
     folder = tmp_path_factory.mktemp("models")
     (folder / smollm2_path.name).symlink_to(smollm2_path)
+    # SmolLM2's own template has no place for tools (a request with tools is refused): ChatML with tools.
+    (folder / "models.toml").write_text(f'["{smollm2_path.name}"]\nchat_template = "chatml-tools"\n')
     (folder / gemma_path.name).symlink_to(gemma_path)
     with pytest.MonkeyPatch.context() as env:  # the server's huggingface_hub: the fake Hub, a fresh cache
         env.setenv("HF_ENDPOINT", fake_hub.url)
@@ -180,20 +179,20 @@ def test_stop_and_seed_options(client, oai, names):
 
 def test_tool_calls_have_object_arguments(client, oai, port, names):
     name = names[0]
-    messages = [{"role": "user", "content": "What is the weather in Paris? Use the get_weather tool."}]
+    messages = few_shot("hermes")  # SmolLM2-135M calls a tool only after seeing it done
     options = {"temperature": 0, "num_predict": 64}
     # The model decides (Ollama has no tool_choice): whatever it does, it is what /v1/chat/completions gives.
-    want = oai.chat.completions.create(model=name, messages=messages, tools=[WEATHER], max_tokens=64,
+    want = oai.chat.completions.create(model=name, messages=messages, tools=[TIME_TOOL], max_tokens=64,
                                        temperature=0).choices[0].message
-    reply = client.chat(model=name, messages=messages, tools=[WEATHER], options=options)
+    reply = client.chat(model=name, messages=messages, tools=[TIME_TOOL], options=options)
     assert reply.message.content == (want.content or "")
     assert [(c.function.name, c.function.arguments) for c in reply.message.tool_calls or []] == \
         [(c.function.name, json.loads(c.function.arguments)) for c in want.tool_calls or []]
     # A forced call (tool_choice: llamaplug's addition, as OpenAI's) read by the client's own types: the
     # arguments are an object, equal to the JSON text /v1 gives for the same request.
-    forced = oai.chat.completions.create(model=name, messages=messages, tools=[WEATHER], max_tokens=64,
+    forced = oai.chat.completions.create(model=name, messages=messages, tools=[TIME_TOOL], max_tokens=64,
                                          temperature=0, tool_choice="required").choices[0].message
-    body = {"model": name, "messages": messages, "tools": [WEATHER], "tool_choice": "required", "stream": False,
+    body = {"model": name, "messages": messages, "tools": [TIME_TOOL], "tool_choice": "required", "stream": False,
             "options": options}
     for stream in (False, True):
         got = httpx.post(f"http://127.0.0.1:{port}/api/chat", json={**body, "stream": stream}, headers=AUTH,
@@ -207,9 +206,9 @@ def test_tool_calls_have_object_arguments(client, oai, port, names):
         assert parts[-1].done and parts[-1].done_reason == "stop"
     # the call and its result sent back (arguments as an object, the result by tool_name) give a reply
     history = [*messages, {"role": "assistant", "content": "", "tool_calls": [
-        {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-        {"role": "tool", "tool_name": "get_weather", "content": "18 degrees and sunny"}]
-    after = client.chat(model=name, messages=history, tools=[WEATHER], options={"temperature": 0,
+        {"function": {"name": "get_time", "arguments": {"zone": "Europe/Berlin"}}}]},
+        {"role": "tool", "tool_name": "get_time", "content": "noon"}]
+    after = client.chat(model=name, messages=history, tools=[TIME_TOOL], options={"temperature": 0,
                                                                                "num_predict": 24})
     assert after.done and (after.message.content or after.message.tool_calls)
 

@@ -24,7 +24,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from ...high.chat import ChatStream, as_chat
+from ...high.chat import ChatPlan, ChatStream, as_chat
 from ...high.completion import CompletionChunk, CompletionTimings, StopReason
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
@@ -42,7 +42,7 @@ from ..ollama_schemas import (
     response_format,
 )
 from ..registry import ModelRegistry, Served, parse_keep_alive
-from ..streaming import unless_gone
+from ..streaming import off_loop, unless_gone
 from .ollama_models import ERRORS, OllamaRoute, ndjson, now, resolve
 
 router = APIRouter(route_class=OllamaRoute)
@@ -93,14 +93,22 @@ async def chat(body: ChatRequest, request: Request, lease: Annotated[Leased, Dep
     served = lease.served
     llama = served.llama
     sampling = Sampling(body.options, llama.params.seed)
-    sampler = sampling.params.build_chain(llama.model)
-    job, kind = chat_job(llama, chat_messages(body.messages), token_limit(request, sampling.max_tokens), sampler,
-                         sampling.stop, body.tools or None, body.tool_choice, response_format(body.format),
-                         served.chat_template, own_sampler=True)
+    limit = token_limit(request, sampling.max_tokens)
+    think = body.think
+    # Ollama's think: true/false switches the template's thinking, a level is its reasoning effort.
+    options = served.chat_options(enable_thinking=think if isinstance(think, bool) else None,
+                                  reasoning_effort=think if isinstance(think, str) else None)
+
+    def build() -> tuple[Job, ChatPlan]:
+        sampler = sampling.params.build_chain(llama.model)
+        return chat_job(llama, chat_messages(body.messages), limit, sampler, sampling.stop, body.tools or None,
+                        body.tool_choice, response_format(body.format), own_sampler=True, **options)
+
+    job, plan = await off_loop(build)
     if body.stream:
-        return _stream(_chat_lines(served, job, kind, body.model, lease))
+        return _stream(_chat_lines(served, job, plan, body.model, lease, think))
     done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
-    reply = as_chat(done, served.id, kind).choices[0].message
+    reply = as_chat(done, served.id, plan).choices[0].message
     message = _message(reply.content or "", reply.reasoning_content, body.think)
     if reply.tool_calls:
         message["tool_calls"] = [_call(i, c.id, c.function.name, c.function.arguments)
@@ -135,8 +143,8 @@ async def generate(body: GenerateRequest, request: Request,
     else:
         messages = [Message(role="system", content=body.system)] if body.system else []
         messages.append(Message(role="user", content=prompt, images=body.images))
-        job, _ = chat_job(llama, chat_messages(messages), limit, sampler, sampling.stop, None, None, form,
-                          served.chat_template, own_sampler=True)
+        job, _ = await off_loop(lambda: chat_job(llama, chat_messages(messages), limit, sampler, sampling.stop, None,
+                                                 None, form, own_sampler=True, **served.chat_options()))
     if body.stream:
         return _stream(_generate_lines(served, job, body.model, lease))
     done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
@@ -257,23 +265,40 @@ def _stream(lines: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
     return StreamingResponse(ndjson(lines), media_type="application/x-ndjson")
 
 
-async def _chat_lines(served: Served, job: Job, kind: str | None, name: str, lease: Leased
+async def _chat_lines(served: Served, job: Job, plan: ChatPlan, name: str, lease: Leased, think: Any = None
                       ) -> AsyncIterator[dict[str, Any]]:
-    stream = ChatStream(served.id, kind)
+    """Ollama's stream: thinking and content as they come; a tool call whole (Ollama's clients read each
+    call as one object), sent once its arguments are complete (the next call begins, or the reply ends)."""
+    stream = ChatStream(served.id, plan)
     last: CompletionChunk | None = None
     n_out = 0
+    calls: dict[int, list[Any]] = {}  # index -> [id, name, arguments so far]
+    sent = 0
+
+    def whole(upto: int) -> dict[str, Any]:
+        message = _message("")
+        message["tool_calls"] = [_call(i, *calls[i]) for i in range(sent, upto)]
+        return {"model": name, "created_at": now(), "message": message, "done": False}
+
     async for piece in achunks(served.llama.engine, job):
         last = piece
         n_out += len(piece.tokens)
         for out in stream.feed(piece):
             delta = out.choices[0].delta
-            if not delta.content and not delta.tool_calls:
-                continue
-            message = _message(delta.content or "")
-            if delta.tool_calls:
-                message["tool_calls"] = [_call(c.index, c.id, c.function.name, c.function.arguments)
-                                         for c in delta.tool_calls]
-            yield {"model": name, "created_at": now(), "message": message, "done": False}
+            for call in delta.tool_calls or []:
+                if call.index not in calls:
+                    if call.index > sent:
+                        yield whole(call.index)
+                        sent = call.index
+                    calls[call.index] = [call.id, "", ""]
+                if call.function is not None:
+                    calls[call.index][1] += call.function.name or ""
+                    calls[call.index][2] += call.function.arguments or ""
+            if delta.content or (delta.reasoning_content and think is not False):
+                message = _message(delta.content or "", delta.reasoning_content, think)
+                yield {"model": name, "created_at": now(), "message": message, "done": False}
+    if len(calls) > sent:
+        yield whole(len(calls))
     assert last is not None and last.timings is not None  # achunks ends with the final chunk
     yield {"model": name, "created_at": now(), "message": _message(""),
            **_final(last.stop_reason, last.timings, n_out, lease)}
