@@ -157,7 +157,28 @@ def test_chat_format_names_a_builtin_template(llm, smollm2_path):
     assert other["choices"][0]["message"]["content"] == ref.choices[0].message.content
     assert other["usage"]["prompt_tokens"] != out["usage"]["prompt_tokens"]  # another template
     with pytest.raises(lp.InvalidParameterError, match="chat_format 'nope'"):
-        compat.Llama(str(smollm2_path), vocab_only=True, verbose=False, chat_format="nope")
+        compat.Llama(str(smollm2_path), verbose=False, chat_format="nope")  # refused before loading
+
+
+WEATHER = {"name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                          "required": ["city"]}}
+
+
+def test_forced_tool_call_and_legacy_functions(llm):
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    tools = [{"type": "function", "function": WEATHER}]
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    ref = llm.llamaplug.create_chat_completion(ask, max_tokens=48, sampler=lp.SamplerChain().greedy(), tools=tools,
+                                               tool_choice=choice).choices[0]
+    assert ref.finish_reason == "tool_calls"
+    want = [c.function.model_dump() for c in ref.message.tool_calls]
+    for kw in ({"tools": tools, "tool_choice": choice},
+               {"functions": [WEATHER], "function_call": {"name": "get_weather"}}):
+        out = llm.create_chat_completion(ask, max_tokens=48, temperature=0, **kw)["choices"][0]
+        assert out["finish_reason"] == "tool_calls"
+        assert [c["function"] for c in out["message"]["tool_calls"]] == want
+        assert out["message"]["function_call"] == want[0] and json.loads(want[0]["arguments"])["city"]
 
 
 def test_grammar_from_string(llm):
@@ -166,7 +187,7 @@ def test_grammar_from_string(llm):
     ref = greedy(llm, chain=lp.SamplerChain().grammar(lp.Grammar.from_string(gbnf)).greedy())
     assert out["choices"][0]["text"] == ref.text and ref.text.count(", ") == 1
     with pytest.raises(lp.InvalidGrammarError) as bad:
-        compat.LlamaGrammar.from_string('root ::= "a" | ')
+        compat.LlamaGrammar.from_string('root ::= "a')
     assert isinstance(bad.value, ValueError)
 
 
@@ -279,6 +300,8 @@ def test_bad_input_is_a_llama_error(llm, smollm2_path):
         llm.tokenize(b"\xff\xfe")
     with pytest.raises(lp.InvalidParameterError, match="chat_handler"):
         compat.Llama(str(smollm2_path), chat_handler=object(), verbose=False)
+    with pytest.raises(lp.InvalidParameterError, match="vocab_only"):
+        compat.Llama(str(smollm2_path), vocab_only=True, verbose=False)
     with pytest.raises(lp.InvalidParameterError, match="n_ctx"):
         compat.Llama(str(smollm2_path), n_ctx="big", verbose=False)
     with pytest.raises(lp.ModelNotFoundError):
@@ -302,9 +325,9 @@ def test_from_pretrained_reads_the_hub_cache(llama_cpp, smollm2_path, tmp_path, 
     link.parent.mkdir(parents=True)
     link.symlink_to(os.path.abspath(smollm2_path))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    with llama_cpp.Llama.from_pretrained("hand/smol-GGUF", "*Q8_0.gguf", cache_dir=tmp_path, n_ctx=128,
+    with llama_cpp.Llama.from_pretrained("hand/smol-GGUF", "*Q8_0.gguf", cache_dir=tmp_path, n_ctx=512,
                                          verbose=False) as llm:
-        assert llm.n_ctx() == 128 and llm.tokenize(b"Hello") == llm.llamaplug.tokenize("Hello")
+        assert llm.n_ctx() == 512 and llm.tokenize(b"Hello") == llm.llamaplug.tokenize("Hello")
 
 
 # -- LangChain (langchain-community), which imports llama_cpp ----------------------------------------------------

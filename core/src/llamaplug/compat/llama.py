@@ -45,6 +45,7 @@ class Llama:
                  chat_format: str | None = None, numa: bool | int = False, verbose: bool = True,
                  pooling_type: int = -1, spm_infill: bool = False, last_n_tokens_size: int = 64, **kwargs: Any):
         params = settings.llama_params(model_path, dict(kwargs, seed=seed, verbose=verbose, pooling_type=pooling_type))
+        _check_chat_format(chat_format)
         if numa:
             lp.LlamaBackend.init_numa(NumaStrategy.DISTRIBUTE if numa is True else NumaStrategy(numa))
         self.model_path = str(model_path)
@@ -403,12 +404,17 @@ def _chat_format(name: str | None, model: lp.LlamaModel) -> tuple[str, str | Non
         if source is None:
             raise InvalidParameterError(f"{model.path.name} has no chat template {name!r}", field="chat_format")
         return name, source
-    builtin = CHAT_FORMATS.get(name, name)
-    if builtin not in builtin_names():
-        known = sorted(set(CHAT_FORMATS) | set(builtin_names()) | {DEFAULT_CHAT})
-        raise InvalidParameterError(f"chat_format {name!r} is not one llamaplug knows; use one of {', '.join(known)}",
-                                    field="chat_format")
-    return name, builtin
+    return name, CHAT_FORMATS.get(name, name)
+
+
+def _check_chat_format(name: Any) -> None:
+    """A chat_format that names no template is refused before the model is loaded."""
+    if name is None or (isinstance(name, str) and (name.startswith("chat_template.")
+                                                   or CHAT_FORMATS.get(name, name) in builtin_names())):
+        return
+    known = sorted(set(CHAT_FORMATS) | set(builtin_names()) | {DEFAULT_CHAT})
+    raise InvalidParameterError(f"chat_format {name!r} is not one llamaplug knows; use one of {', '.join(known)}",
+                                field="chat_format")
 
 
 def _text(value: Any, field: str) -> str:

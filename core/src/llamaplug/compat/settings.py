@@ -45,6 +45,10 @@ FOREIGN = {
                  "llamaplug-tokenizer-hf",
     "kv_overrides": "GGUF metadata overrides are not supported by llamaplug",
 }
+REFUSED_FLAGS = {
+    "vocab_only": "a Llama needs the weights (its context is made at load); for tokens alone use "
+                  "llamaplug.LlamaModel(path, llamaplug.ModelParams(vocab_only=True))",
+}
 
 
 def llama_params(model_path: str | Path, options: dict[str, Any]) -> LlamaParams:
@@ -58,6 +62,10 @@ def llama_params(model_path: str | Path, options: dict[str, Any]) -> LlamaParams
         if o.get(name) is not None:
             raise InvalidParameterError(f"{name} is not supported by llamaplug.compat.llama_cpp: {why}", field=name)
         o.pop(name, None)
+    for name, why in REFUSED_FLAGS.items():
+        if o.pop(name, False):
+            raise InvalidParameterError(f"{name}=True is not supported by llamaplug.compat.llama_cpp: {why}",
+                                        field=name)
     n_ctx = int_of(o.pop("n_ctx", 512), "n_ctx")
     # As llama-cpp-python: n_batch no larger than n_ctx, n_ubatch no larger than n_batch (n_ctx=0: the model's).
     n_batch = int_of(o.pop("n_batch", 512), "n_batch")
@@ -69,7 +77,7 @@ def llama_params(model_path: str | Path, options: dict[str, Any]) -> LlamaParams
         "n_gpu_layers": "all" if layers < 0 else layers,
         "split_mode": _enum(SplitMode, o.pop("split_mode", SplitMode.LAYER), "split_mode"),
         "main_gpu": o.pop("main_gpu", 0), "tensor_split": o.pop("tensor_split", None),
-        "vocab_only": o.pop("vocab_only", False), "use_mlock": o.pop("use_mlock", False),
+        "use_mlock": o.pop("use_mlock", False),
         "seed": seed_of(o.pop("seed", LLAMA_DEFAULT_SEED)),
         "rope_scaling_type": _enum(RopeScalingType, _or(o.pop("rope_scaling_type", -1), -1), "rope_scaling_type"),
         "pooling_type": _enum(PoolingType, o.pop("pooling_type", -1), "pooling_type"),
