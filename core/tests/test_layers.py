@@ -24,9 +24,11 @@ LAYERS = [
     ("llamaplug.blocks", 3),
     ("llamaplug.plugin_api", 3),  # the blocks' seams published for plugins (and the protocols high/ types against)
     ("llamaplug.high", 4),
-    ("llamaplug.cli", 5), ("llamaplug.bench", 5), ("llamaplug", 5),
+    ("llamaplug.cli", 5), ("llamaplug.bench", 5),
+    ("llamaplug.compat", 6),  # other libraries' APIs over the public one: nothing in llamaplug imports them
+    ("llamaplug", 5),
 ]
-NAMES = ["version/errors", "params/raw", "plugin machinery", "blocks", "high", "cli/bench/facade"]
+NAMES = ["version/errors", "params/raw", "plugin machinery", "blocks", "high", "cli/bench/facade", "compat"]
 
 
 def layer(module: str) -> int:
@@ -327,3 +329,37 @@ def test_a_planted_private_attribute_is_found(tmp_path):
     mine.write_text("class A:\n    _kind = 'a'\n\n"
                     "def f(model, a):\n    return model._vocab_ptr, a._kind, model.raw_handle()\n")
     assert foreign_private_attributes([mine], tmp_path) == ["mine.py:5: model._vocab_ptr"]
+
+
+# -- compat ---------------------------------------------------------------------------
+# llamaplug.compat (llama-cpp-python's API, ...) is built on llamaplug's public API only: no private module or
+# name imported, no private attribute of another object read (its own classes' private names are its business).
+COMPAT = PACKAGE / "compat"
+
+
+def private_imports(paths: list[Path]) -> list[str]:
+    """Imports of a private llamaplug module or name (a part starting with "_") in `paths`."""
+    return [f"{_shown(p)}:{line}: {module}" + (f" import {name}" if name else "")
+            for p in paths for line, module, name in named_imports(p)
+            if module.split(".")[0] == "llamaplug"
+            and any(_private(part) for part in module.split(".") + [name or ""])]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))  # __version__ is public
+
+
+def test_compat_uses_public_names_only():
+    paths = _sources(COMPAT)
+    assert paths, f"no sources in {COMPAT}"
+    bad = private_imports(paths) + foreign_private_attributes(paths, SRC)
+    assert not bad, "llamaplug.compat reaches past the public API:\n" + "\n".join(bad)
+
+
+def test_a_planted_private_import_in_compat_is_found(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("from llamaplug.blocks import _native_log\nfrom llamaplug.high.llama import Llama\n"
+                       "import llamaplug._version\n\ndef f(llama):\n    return llama._engine\n")
+    assert [b.split(": ", 1)[1] for b in private_imports([planted])] == [
+        "llamaplug.blocks import _native_log", "llamaplug._version"]
+    assert foreign_private_attributes([planted], tmp_path) == ["planted.py:6: llama._engine"]
