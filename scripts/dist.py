@@ -11,9 +11,9 @@ For each distribution named on the command line (core, backend_cpu, ...):
   ccache keep a rebuild incremental (the sdist is checked to build by tests/test_wheels.py).
 - repair: `auditwheel repair` to the most portable manylinux tag the wheel's symbols allow, grafting
   what it links from the system (libgomp) and excluding only what another wheel we depend on, or the
-  machine, provides (EXCLUDE; reasons in docs/packaging.md). auditwheel drops every RUNPATH entry that
-  points outside the wheel, and ours point into the core's and NVIDIA's wheels on purpose: those
-  entries are put back.
+  machine, provides (EXCLUDE; reasons in docs/packaging.md). auditwheel keeps a RUNPATH entry only
+  where it resolves inside the unpacked wheel; ours into the core's and NVIDIA's folders of
+  site-packages do, and are checked to have survived (any that did not is put back).
 
 Usage: dist.py [--out dist] [--cmake-define KEY=VALUE ...] DIST...   (LLAMAPLUG_CPU_VARIANTS picks
 the CPU variants: `make dist` builds all of them.)
@@ -126,7 +126,8 @@ def record_line(path: str, data: bytes) -> list[str]:
 
 
 def restore_runpaths(wheel: Path, before: dict[str, list[str]]) -> list[str]:
-    """Put back the RUNPATH entries auditwheel dropped (those pointing outside the wheel); returns what changed."""
+    """Put back any RUNPATH entry the repair dropped (auditwheel drops those that leave the wheel's root); returns
+    what changed."""
     changed = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
