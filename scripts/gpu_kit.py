@@ -88,17 +88,19 @@ def native(stage: Path, skip_cuda: bool) -> None:
                 tar.add(f, arcname=f"bin/{f.name}")
 
 
-def deps(stage: Path) -> None:
+def deps(stage: Path, ray: bool = True) -> None:
     """deps/: what the install, tests and benches need; deps-ray/: what only bench/ray_serve.py adds (last pieces)."""
     version, abi = DEVICE_PYTHON
     platform_args = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    for folder, wanted in (("deps", ["llamaplug[server]", "llamaplug-backend-cpu", *DEVICE_EXTRAS]),
-                           ("deps-ray", ["llamaplug[server,ray]", "llamaplug-backend-cpu", *DEVICE_EXTRAS])):
+    jobs = [("deps", ["llamaplug[server]", "llamaplug-backend-cpu", *DEVICE_EXTRAS]),
+            ("deps-ray", ["llamaplug[server,ray]", "llamaplug-backend-cpu", *DEVICE_EXTRAS])]
+    for folder, wanted in jobs[: 2 if ray else 1]:
         run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--python-version", version,
              "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none", *platform_args,
              "-d", str(stage / folder), "--find-links", str(stage / "wheels"), *wanted])
     have = {f.name for f in (stage / "deps").iterdir()}
-    for f in [*(stage / "deps").glob("llamaplug*"), *(stage / "deps-ray").iterdir()]:
+    ray_files = list((stage / "deps-ray").iterdir()) if ray else []
+    for f in [*(stage / "deps").glob("llamaplug*"), *ray_files]:
         if f.name.startswith("llamaplug") or f.name in have and f.parent.name == "deps-ray":
             f.unlink()  # ours come from wheels/, and deps-ray/ holds only what ray adds
 
@@ -153,13 +155,15 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dist", type=Path, default=REPO / "dist")
     ap.add_argument("--skip-cuda", action="store_true", help="leave out the CUDA plugin and the native CUDA tools")
+    ap.add_argument("--no-ray", action="store_true",
+                    help="leave out ray[serve] and its dependencies (bench/ray_serve.py)")
     args = ap.parse_args(argv)
     shutil.rmtree(KIT, ignore_errors=True)
     stage = KIT / "stage"
     stage.mkdir(parents=True)
     times = {}
     for step, fn in (("wheels", lambda: wheels(stage, args.dist.resolve(), args.skip_cuda)),
-                     ("native", lambda: native(stage, args.skip_cuda)), ("deps", lambda: deps(stage)),
+                     ("native", lambda: native(stage, args.skip_cuda)), ("deps", lambda: deps(stage, not args.no_ray)),
                      ("models", lambda: models(stage))):
         t0 = time.monotonic()
         fn()
