@@ -205,4 +205,5 @@ def test_core_and_cpu_install_from_a_local_index_and_generate(dist, dependencies
     module = next((env_dir / "lib").glob("python3*/site-packages/llamaplug_backend_cpu/lib/libggml-cpu-*.so"))
     resolved = subprocess.run(["ldd", str(module)], capture_output=True, text=True, env=clean).stdout
     line = next(line for line in resolved.splitlines() if "libggml-base.so" in line)
-    assert "site-packages/llamaplug/lib/libggml-base.so" in line, resolved
+    found = Path(line.split("=>")[1].split("(")[0].strip()).resolve()
+    assert found == (module.parent.parent.parent / "llamaplug" / "lib" / "libggml-base.so").resolve(), resolved
