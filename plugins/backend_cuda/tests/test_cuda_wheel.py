@@ -51,7 +51,9 @@ def test_module_imports_the_runtime_and_cublas_and_the_cores_ggml_base():
         assert lib in needed, needed
     # the variant decides whether the driver library is imported at load time
     assert ("libcuda.so.1" in needed) == (info["CUDA_VARIANT"] == "vmm"), (info, needed)
-    assert info["CUDA_ARCHITECTURES"] == "80-real;90-real;90-virtual"
+    # The release wheel carries 80-real;90-real;90-virtual (the CMakeLists default); the GPU kit's (make gpu-kit)
+    # 90-real alone, for the H100/H200 it runs on. Either way Hopper runs it.
+    assert {"90-real", "90-virtual"} & set(info["CUDA_ARCHITECTURES"].split(";")), info
 
 
 def test_runtime_libraries_resolve_from_the_nvidia_wheels():
