@@ -35,13 +35,17 @@ void set_error(char ** err, const char * what) {
     }
 }
 
+// *err starts with the kind of failure: 'I' a request llama.cpp refuses (std::invalid_argument, as llama-server
+// answers 400), 'E' anything else (a template that raises, a parser that fails).
 template <typename F> auto guarded(char ** err, F && body) -> decltype(body()) {
     try {
         return body();
+    } catch (const std::invalid_argument & e) {
+        set_error(err, (std::string("I") + e.what()).c_str());
     } catch (const std::exception & e) {
-        set_error(err, e.what());
+        set_error(err, (std::string("E") + e.what()).c_str());
     } catch (...) {
-        set_error(err, "unknown C++ exception in llama.cpp's chat layer");
+        set_error(err, "Eunknown C++ exception in llama.cpp's chat layer");
     }
     return decltype(body())();
 }

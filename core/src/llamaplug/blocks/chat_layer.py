@@ -28,14 +28,17 @@ TRIGGER_TOKEN, TRIGGER_WORD, TRIGGER_PATTERN, TRIGGER_PATTERN_FULL = range(4)
 REASONING_FORMATS = ("none", "auto", "deepseek-legacy", "deepseek")
 
 
-def call_shim(fn: Any, *args: Any, error: type[Exception] = ChatTemplateError, what: str = "") -> Any:
-    """Run a shim function that returns a malloc'd JSON string (or a handle) and reports failures in *err."""
+def call_shim(fn: Any, *args: Any, error: type[Exception] = ChatTemplateError, what: str = "",
+              refused: type[Exception] = InvalidParameterError) -> Any:
+    """Run a shim function that returns a malloc'd JSON string (or a handle) and reports failures in *err:
+    a request llama.cpp refuses (its invalid_argument) is `refused`, any other failure `error`."""
     err = ffi.new("char **")
     out = fn(*args, err)
     if err[0] != ffi.NULL:
         message = ffi.string(err[0]).decode("utf-8", "replace")
         lib.llamaplug_chat_string_free(err[0])
-        raise error(f"{what}{message}" if what else message)
+        kind, message = message[:1], message[1:]
+        raise (refused if kind == "I" else error)(f"{what}{message}" if what else message)
     return out
 
 
@@ -97,7 +100,7 @@ class ChatTemplates(NativeHandle):
         reasoning_effort) -> prompt, format, grammar, grammar_lazy, grammar_triggers, preserved_tokens,
         additional_stops, generation_prompt, parser, thinking tags, parse_tool_calls, reasoning_format."""
         body = encode_json(request, "messages")
-        out = call_shim(lib.llamaplug_chat_apply, self._ptr, body, error=InvalidParameterError)
+        out = call_shim(lib.llamaplug_chat_apply, self._ptr, body, what="the chat template failed: ")
         return _json_out(out)
 
 

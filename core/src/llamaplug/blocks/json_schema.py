@@ -84,7 +84,7 @@ def schema_to_gbnf(schema: Any) -> str:
     body = encode_json(schema, "schema")
     with _captured_stderr() as printed:  # the converter prints its warnings (a pattern it loosened) to stderr
         out = call_shim(lib.llamaplug_json_schema_to_grammar, body, error=UnsupportedSchemaError,
-                        what="llama.cpp cannot convert this JSON schema: ")
+                        refused=UnsupportedSchemaError, what="llama.cpp cannot convert this JSON schema: ")
     for line in printed[0].splitlines() if printed else []:
         if line.strip():
             _log.warning("%s", line.strip())
