@@ -71,11 +71,17 @@ def test_stream_deltas_join_to_the_content(llama):
 @pytest.mark.parametrize("template,fragment", [
     ("{{ raise_exception('system messages are not allowed') }}", "system messages are not allowed"),
     ("{% if %}", "does not compile"),
-    ("{{ messages.__class__.__mro__ }}", "unsafe"),
-    ("{{ cycler.__init__.__globals__ }}", "unsafe"),
 ])
-def test_template_errors_and_the_sandbox(llama, template, fragment):
+def test_template_errors(llama, template, fragment):
     with pytest.raises(lp.ChatTemplateError, match=fragment):
+        llama.create_chat_completion(CONVERSATION, max_tokens=2, chat_template=template)
+
+
+@pytest.mark.parametrize("template", ["{{ messages.__class__.__mro__ }}", "{{ cycler.__init__.__globals__ }}"])
+def test_templates_reach_no_python_object(llama, template):
+    """llama.cpp's Jinja engine has no Python objects to reach: such a template renders nothing."""
+    assert ChatTemplate.for_model(llama.model, template).render(CONVERSATION) == ""
+    with pytest.raises(lp.InvalidParameterError, match="no tokens"):
         llama.create_chat_completion(CONVERSATION, max_tokens=2, chat_template=template)
 
 
@@ -113,15 +119,11 @@ def test_bad_messages(llama, messages, field, fragment):
     assert err.value.field == field and fragment in str(err.value)
 
 
-def test_text_parts_and_reasoning(llama):
+def test_text_parts(llama):
     parts = [{"role": "user", "content": [{"type": "text", "text": "Capital of "}, {"type": "text", "text": "Spain?"}]}]
     plain = [{"role": "user", "content": "Capital of \nSpain?"}]  # parts are joined by newlines, as llama.cpp
     assert (llama.create_chat_completion(parts, max_tokens=6).choices[0].message.content
             == llama.create_chat_completion(plain, max_tokens=6).choices[0].message.content)
-    from llamaplug.high.chat import split_reasoning
-
-    assert split_reasoning("<think>why</think>\nbecause") == ("because", "why")
-    assert split_reasoning("no thoughts") == ("no thoughts", None)
 
 
 def test_chat_with_a_json_schema(llama):

@@ -1,6 +1,6 @@
 """Reasoning as llama-server returns it: the thinking in reasoning_content, the answer in content.
 
-For a <think>-style template (Qwen3, DeepSeek-R1) and GPT-OSS's channels, the template's own rendering
+For <think>-style templates (Qwen3, GLM-4.6, MiniMax-M2) and GPT-OSS's channels, the template's own rendering
 of an assistant turn with reasoning is what the model writes (llamaplug_testing.chat_replies); llama.cpp's
 chat layer (the reference program) reads it, and `create_chat_completion` must read it the same, whole
 and streamed. `reasoning_format="none"` keeps the thinking inline in content, as llama-server does.
@@ -16,7 +16,7 @@ import fetch
 import llamaplug as lp
 
 TEMPLATES = fetch.materialise() / "models" / "templates"
-THINKING = ["Qwen-Qwen3-0.6B.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "openai-gpt-oss-120b.jinja"]
+THINKING = ["Qwen-Qwen3-0.6B.jinja", "GLM-4.6.jinja", "MiniMax-M2.jinja", "openai-gpt-oss-120b.jinja"]
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 THOUGHT, ANSWER = "The user asks about the weather in Paris.", "It is sunny in Paris."
 ASSISTANT = {"role": "assistant", "content": ANSWER, "reasoning_content": THOUGHT}

@@ -151,6 +151,7 @@ common_chat_templates_inputs chat_inputs(const common_chat_templates * tmpls, co
     }
     in.grammar                = text(body, "grammar");
     in.use_jinja              = flag(body, "use_jinja", true);  // false: a llama.cpp built-in template name
+    in.force_pure_content     = flag(body, "force_pure_content", false);  // the rendering alone, no parser
     in.parallel_tool_calls    = flag(body, "parallel_tool_calls", caps["supports_parallel_tool_calls"]);
     in.add_generation_prompt  = flag(body, "add_generation_prompt", true);
     in.continue_final_message = body.contains("continue_final_message")
@@ -172,7 +173,14 @@ common_chat_templates_inputs chat_inputs(const common_chat_templates * tmpls, co
     }
     in.reasoning_format = common_reasoning_format_from_name(text(body, "reasoning_format", "auto"));
     // llama-server's default: thinking on where the template can switch it (--reasoning auto)
-    in.enable_thinking  = flag(body, "enable_thinking", common_chat_templates_support_enable_thinking(tmpls));
+    bool can_think = false;
+    if (!body.contains("enable_thinking")) {
+        try {
+            can_think = common_chat_templates_support_enable_thinking(tmpls);
+        } catch (const std::exception &) {
+        }
+    }
+    in.enable_thinking  = flag(body, "enable_thinking", can_think);
     if (body.contains("chat_template_kwargs") && body.at("chat_template_kwargs").is_object()) {
         for (const auto & item : body.at("chat_template_kwargs").items()) {
             in.chat_template_kwargs[item.key()] = item.value().dump();
@@ -251,9 +259,13 @@ LLAMAPLUG_API void llamaplug_chat_string_free(char * s) {
 LLAMAPLUG_API void * llamaplug_chat_templates_new(const llama_model * model, const char * tmpl_override,
                                                   const char * bos, const char * eos, char ** err) {
     return guarded(err, [&]() -> void * {
-        auto tmpls = common_chat_templates_init(model, tmpl_override ? tmpl_override : "", bos ? bos : "",
-                                                eos ? eos : "");
-        return tmpls.release();
+        try {
+            auto tmpls = common_chat_templates_init(model, tmpl_override ? tmpl_override : "", bos ? bos : "",
+                                                    eos ? eos : "");
+            return static_cast<void *>(tmpls.release());
+        } catch (const std::exception & e) {
+            throw std::runtime_error(std::string("the chat template does not compile: ") + e.what());
+        }
     });
 }
 
@@ -269,10 +281,15 @@ LLAMAPLUG_API char * llamaplug_chat_templates_info(void * h, char ** err) {
         for (const auto & [name, value] : common_chat_templates_get_caps(tmpls)) {
             caps[name] = value;
         }
+        bool thinking = false;
+        try {  // it renders the template: one that raises on the probe's inputs cannot switch thinking
+            thinking = common_chat_templates_support_enable_thinking(tmpls);
+        } catch (const std::exception &) {
+        }
         common_json out{{"source", common_chat_templates_source(tmpls, "")},
                         {"tool_use_source", common_chat_templates_source(tmpls, "tool_use")},
                         {"caps", caps},
-                        {"supports_enable_thinking", common_chat_templates_support_enable_thinking(tmpls)}};
+                        {"supports_enable_thinking", thinking}};
         return dup_string(out.dump());
     });
 }

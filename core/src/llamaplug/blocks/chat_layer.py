@@ -79,7 +79,7 @@ class ChatTemplates(NativeHandle):
         raw_model = ffi.NULL if model is None else model._ptr
         source = ffi.NULL if override is None else ffi.new("char[]", _text(override, "chat_template"))
         ptr = call_shim(lib.llamaplug_chat_templates_new, raw_model, source, _text(bos_token, "bos_token"),
-                        _text(eos_token, "eos_token"), what="the chat template cannot be used: ")
+                        _text(eos_token, "eos_token"))
         if ptr == ffi.NULL:
             raise ChatTemplateError("llama.cpp could not set up the chat template")
         self._adopt(ptr, lib.llamaplug_chat_templates_free)
@@ -100,7 +100,13 @@ class ChatTemplates(NativeHandle):
         reasoning_effort) -> prompt, format, grammar, grammar_lazy, grammar_triggers, preserved_tokens,
         additional_stops, generation_prompt, parser, thinking tags, parse_tool_calls, reasoning_format."""
         body = encode_json(request, "messages")
-        out = call_shim(lib.llamaplug_chat_apply, self._ptr, body, what="the chat template failed: ")
+        try:
+            out = call_shim(lib.llamaplug_chat_apply, self._ptr, body, what="the chat template failed: ")
+        except InvalidParameterError as exc:
+            if "Jinja Exception" in str(exc) or "Unable to generate parser" in str(exc):
+                # llama.cpp reports a template that raises while it analyses it as a bad request: the template's
+                raise ChatTemplateError(str(exc)) from None
+            raise
         return _json_out(out)
 
 

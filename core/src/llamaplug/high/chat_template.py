@@ -34,8 +34,6 @@ class ChatTemplate:
         self.bos_token, self.eos_token = bos_token, eos_token
         self._model = model
         self._native = ChatTemplates(model, source if source is not None else name or "chatml", bos_token, eos_token)
-        if source is not None:
-            self.source = self._native.info["source"]
 
     @classmethod
     def builtin(cls, name: str) -> ChatTemplate:
@@ -65,7 +63,8 @@ class ChatTemplate:
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                tools: list[dict[str, Any]] | None = None, **extra: Any) -> str:
         request: dict[str, Any] = {"messages": messages, "add_generation_prompt": add_generation_prompt,
-                                   "prefill_assistant": False, "reasoning_format": "none"}
+                                   "prefill_assistant": False, "reasoning_format": "none",
+                                   "force_pure_content": True}  # the rendering alone (no reply parser)
         if tools:
             request["tools"] = tools
         if extra:
