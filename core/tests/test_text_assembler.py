@@ -35,3 +35,18 @@ def test_held_prefix_released_when_not_a_stop():
 def test_earliest_of_several_stops_wins():
     a = TextAssembler(["world", "lo w"])
     assert "".join(feed_all(a, [b"hello world"])) == "hel"
+
+
+def test_the_stop_that_matched_is_kept_the_first_listed_of_a_tie():
+    # llama-server's stopping_word: the stop found earliest in the text; of two found at the same place, the one
+    # listed first (server-context.cpp's find_stopping_strings keeps a later one only at a smaller position)
+    a = TextAssembler(["world", "lo w"])
+    feed_all(a, [b"hello world"])
+    assert a.matched == "lo w"
+    for stops in (["ll", "l"], ["l", "ll"]):  # both are found at 2
+        b = TextAssembler(stops)
+        feed_all(b, [b"hello world"])
+        assert (b.text, b.matched) == ("he", stops[0])
+    c = TextAssembler(["zz"])
+    feed_all(c, [b"hello"])
+    assert c.matched is None and not c.stopped

@@ -61,6 +61,7 @@ class Completion:
     timings: CompletionTimings
     stop_reason: StopReason
     prompt_tokens: list[int] = dataclasses.field(default_factory=list)
+    stop_string: str | None = None  # the stop string that ended it (StopReason.STOP_SEQUENCE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +73,7 @@ class CompletionChunk:
     logprobs: list[TokenLogprob] | None = None
     stop_reason: StopReason | None = None
     timings: CompletionTimings | None = None
+    stop_string: str | None = None  # on the final chunk: the stop string that ended the generation
 
 
 class TextAssembler:
@@ -83,6 +85,7 @@ class TextAssembler:
         self.text = ""  # everything decoded so far (before any cut)
         self.emitted = 0  # characters already handed out
         self.stopped = False
+        self.matched: str | None = None  # the stop string found (the first to start; the first listed of a tie)
 
     def feed(self, piece: bytes) -> str:
         """Add a token's bytes; return the text that is now safe to emit."""
@@ -90,10 +93,11 @@ class TextAssembler:
         if self.stop:
             # A stop may straddle earlier text: search from where it could begin.
             start = max(0, self.emitted - max(len(s) for s in self.stop) + 1)
-            hits = [i for i in (self.text.find(s, start) for s in self.stop) if i >= 0]
+            hits = [(i, k) for k, i in enumerate(self.text.find(s, start) for s in self.stop) if i >= 0]
             if hits:
-                self.text = self.text[: min(hits)]
-                self.stopped = True
+                at, k = min(hits)
+                self.text = self.text[:at]
+                self.stopped, self.matched = True, self.stop[k]
                 return self._emit(len(self.text))
         return self._emit(len(self.text) - self._pending_stop_prefix())
 

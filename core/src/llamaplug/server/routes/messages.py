@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -80,8 +80,7 @@ async def messages(body: MessagesRequest, request: Request,
         return named_sse(_events(served, job, kind, ident), _stream_error)
     done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
     chat_reply = as_chat(done, served.id, kind).choices[0]
-    reason, sequence = _stop(chat_reply.finish_reason, done.stop_reason,
-                             lambda: _matched_stop(served, done.text, done.tokens, job.stops))
+    reason, sequence = _stop(chat_reply.finish_reason, done.stop_reason, done.stop_string)
     reply = chat_reply.message
     content: list[TextOut | ToolUseOut] = [TextOut(text=reply.content)] if reply.content else []
     content += [ToolUseOut(id=_tool_id(c.id), name=c.function.name, input=_tool_input(c.function.arguments))
@@ -164,22 +163,15 @@ def _tool_input(arguments: str) -> dict[str, Any]:
     return given if isinstance(given, dict) else {"value": given}
 
 
-def _stop(finish: str | None, reason: StopReason | None, which: Callable[[], str | None]) -> tuple[str, str | None]:
+def _stop(finish: str | None, reason: StopReason | None, matched: str | None) -> tuple[str, str | None]:
     """Anthropic's stop_reason and stop_sequence for a chat reply's finish_reason (the engine's `reason`)."""
     if finish == "tool_calls":
         return "tool_use", None
     if finish == "length":
         return "max_tokens", None
     if reason == StopReason.STOP_SEQUENCE:
-        return "stop_sequence", which()
+        return "stop_sequence", matched
     return "end_turn", None
-
-
-def _matched_stop(served: Served, text: str, tokens: list[int], stops: list[str]) -> str | None:
-    """The stop sequence that ended a reply: the one found first in its tokens' text (as the engine cuts)."""
-    whole = served.llama.model.detokenize(tokens) if tokens else text
-    found = [(at, s) for s in stops if s and (at := whole.find(s, max(0, len(text) - len(s)))) >= 0]
-    return min(found)[1] if found else None
 
 
 def _usage(timings: CompletionTimings, n_out: int) -> MessageUsage:
@@ -199,12 +191,10 @@ async def _events(served: Served, job: Job, kind: str | None, ident: str) -> Asy
     yield _event({"type": "ping"})
     stream = ChatStream(served.id, kind)
     index, text_open = 0, False
-    texts: list[str] = []
     tokens: list[int] = []
     last: CompletionChunk | None = None
     finish: str | None = None
     async for piece in achunks(served.llama.engine, job):
-        texts.append(piece.text)
         tokens += piece.tokens
         last = piece
         for out in stream.feed(piece):
@@ -228,8 +218,7 @@ async def _events(served: Served, job: Job, kind: str | None, ident: str) -> Asy
                 yield _event({"type": "content_block_stop", "index": index})
                 index += 1
     assert last is not None and last.timings is not None  # achunks ends with the final chunk
-    text = "".join(texts)
-    reason, sequence = _stop(finish, last.stop_reason, lambda: _matched_stop(served, text, tokens, job.stops))
+    reason, sequence = _stop(finish, last.stop_reason, last.stop_string)
     yield _event({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
                   "usage": _usage(last.timings, len(tokens)).model_dump()})
     yield _event({"type": "message_stop"})
