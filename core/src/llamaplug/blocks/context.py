@@ -216,6 +216,23 @@ class LlamaContext(ContextState, ContextAdapters):
         self.epoch += 1
         self.n_past = max(self.n_past, int(batch.pos[: batch.n_tokens].max()) + 1)
 
+    def warm_up(self) -> None:
+        """One decode of [BOS, EOS], then an empty cache, as llama.cpp's tools run before they report ready:
+        the first decode's own costs (the weights paged in from the mapped file, first-use allocations in the
+        backends) are paid here, not by the first request. A model without a decoder is left as it is."""
+        model = self.model
+        if not model.has_decoder or model.has_encoder:
+            return
+        tokens = [t for t in (model.bos, model.eos) if t is not None and t >= 0] or [0]
+        batch = LlamaBatch(len(tokens), 1)
+        batch.add_sequence(tokens, 0, False)
+        try:
+            self.decode(batch)
+        finally:
+            self.clear_cache()
+            lib.llama_synchronize(self._ptr)
+            lib.llama_perf_context_reset(self._ptr)
+
     def encode(self, batch: LlamaBatch) -> None:
         self._check_batch(batch, all_outputs=True)
         rc = lib.llama_encode(self._ptr, batch.c_batch())

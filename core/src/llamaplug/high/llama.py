@@ -138,6 +138,16 @@ class Llama:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def warm_up(self) -> None:
+        """Run one decode now and forget it (as llama-server before it says ready), so that the first request
+        does not pay the first decode's costs: the weights paged in, the backends' first-use work."""
+        with self._engine.idle("warm_up") as slots:
+            for mine in slots:
+                mine.clear()  # the warm-up empties the cache
+            self._context.warm_up()
+        if isinstance(self._engine.drafter, ModelDrafter):
+            self._engine.drafter.context.warm_up()
+
     # -- state -----------------------------------------------------------------
     def save_state(self, path: str | os.PathLike[str] | None = None) -> bytes | Path:
         """The KV cache and the slots' tokens (for prefix reuse), as bytes, or written to `path`.
