@@ -1,12 +1,12 @@
 """The OpenAI-compatible HTTP API over one Llama or several: every client's requests share an engine's batches.
 
-Errors are OpenAI's shape ({"error": {"message", "type", "param", "code"}}): bad
-requests 400 (the field named in `param`), a missing or wrong key 401, an unknown
-model 404, a closed server or a full queue 503 (with Retry-After). A client that goes away mid-request (streamed or
-not) cancels its request: its slot is free at the engine's next step.
+Errors are in each API family's own shape (dialects.py; OpenAI's {"error": {"message", "type", "param",
+"code"}} here): bad requests 400 (the field named in `param`), a missing or wrong key 401, an unknown
+model 404, a failed decode or backend 500, a closed server or a full queue 503 (with Retry-After). A client
+that goes away mid-request (streamed or not) cancels its request: its slot is free at the engine's next step.
 
-The app is put together here: the guard middleware (API key, request counters), the
-one error handler (errors.py), and one router per resource (routes/), each route
+The app is put together here: the guard middleware (API key, request counters),
+the error dialect of each API family (dialects.py), and one router per resource (routes/), each route
 finding its model through one dependency (deps.py) over app.state.models, the
 registry that loads and unloads models (registry.py).
 """
@@ -23,7 +23,8 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..high.llama import Llama
-from . import errors
+from . import dialects
+from .errors import ApiError
 from .metrics import Metrics
 from .registry import ModelRegistry, Served
 from .routes import ROUTERS
@@ -62,9 +63,9 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.state.n_predict = n_predict
     app.state.slot_save_path = slot_save_path
     app.add_middleware(_Guard, api_key=api_key, metrics=metrics)
-    errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    dialects.install(app)
 
     return app
 
@@ -101,9 +102,10 @@ class _Guard:
                     or secrets.compare_digest(headers.get("x-api-key", "").encode(), api_key.encode())):
                 # (Anthropic's clients send the key as x-api-key, not as a bearer token)
                 metrics.http_errors += 1
-                await errors.response(errors.ApiError(
+                dialect = scope["app"].state.dialects(path)
+                await dialect.response(ApiError(
                     401, "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)",
-                    "authentication_error", code="invalid_api_key"), path)(scope, receive, send)
+                    "authentication_error", code="invalid_api_key"))(scope, receive, send)
                 return
         if scope["method"] == "POST":
             _json_body(scope, headers)

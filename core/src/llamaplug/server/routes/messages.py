@@ -7,7 +7,7 @@ text on both APIs. The reply goes back as Anthropic's message, or its named even
 (message_start, content_block_start/delta/stop, message_delta, message_stop).
 
 Errors are Anthropic's shape ({"type": "error", "error": {"type", "message"}}), with
-Anthropic's types for the statuses `as_api_error` gives (route_errors.py).
+Anthropic's types for the statuses `as_api_error` gives (dialects.py's ANTHROPIC).
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import Depends, Request
 
-from ...errors import LlamaError
 from ...high.chat import ChatStream, as_chat
 from ...high.completion import CompletionChunk, CompletionTimings, StopReason
 from ...high.engine import Job
@@ -28,7 +26,6 @@ from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
 from ..anthropic_schemas import (
     ErrorBody,
-    ErrorDetail,
     ImageBlock,
     MessageResponse,
     MessagesRequest,
@@ -40,34 +37,17 @@ from ..anthropic_schemas import (
     ToolUseOut,
 )
 from ..deps import served_model
-from ..errors import ApiError, as_api_error
+from ..dialects import ANTHROPIC
+from ..errors import ApiError
 from ..registry import Served
-from ..route_errors import TranslatedRoute
 from ..schemas import ChatRequest
 from ..streaming import named_sse, unless_gone
 
-# Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors).
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error"}
-
-
-def error_body(exc: ApiError) -> ErrorBody:
-    kind = _ERROR_TYPES.get(exc.status, "api_error" if exc.status >= 500 else "invalid_request_error")
-    return ErrorBody(error=ErrorDetail(type=kind, message=str(exc)))
-
-
-class AnthropicRoute(TranslatedRoute):
-    """A route whose errors, a body that does not fit included, are Anthropic's shape."""
-
-    def shape(self, error: ApiError) -> Response:
-        return JSONResponse(error_body(error).model_dump(), status_code=error.status)
-
-
-router = APIRouter(route_class=AnthropicRoute)
+router = ANTHROPIC.router()
 
 
 @router.post("/v1/messages", response_model=MessageResponse,
-             responses={code: {"model": ErrorBody} for code in (400, 401, 404, 503)})
+             responses={code: {"model": ErrorBody} for code in (400, 401, 404, 500, 503)})
 async def messages(body: MessagesRequest, request: Request,
                    served: Annotated[Served, Depends(served_model(MessagesRequest))]) -> Any:
     llama = served.llama
@@ -77,7 +57,7 @@ async def messages(body: MessagesRequest, request: Request,
                          chat.response_format, own_sampler=True)
     ident = f"msg_{uuid.uuid4().hex[:24]}"
     if body.stream:
-        return named_sse(_events(served, job, kind, ident), _stream_error)
+        return named_sse(_events(served, job, kind, ident), ANTHROPIC.stream_error)
     done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
     chat_reply = as_chat(done, served.id, kind).choices[0]
     reason, sequence = _stop(chat_reply.finish_reason, done.stop_reason, done.stop_string)
@@ -222,7 +202,3 @@ async def _events(served: Served, job: Job, kind: str | None, ident: str) -> Asy
     yield _event({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
                   "usage": _usage(last.timings, len(tokens)).model_dump()})
     yield _event({"type": "message_stop"})
-
-
-def _stream_error(exc: LlamaError) -> tuple[str, str]:
-    return "error", error_body(as_api_error(exc)).model_dump_json()

@@ -15,7 +15,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ...errors import LlamaError
@@ -25,12 +25,13 @@ from ...high.events import agather, astream
 from ...high.requests import collect_many, completion_jobs
 from ...params import SamplerParams
 from ..deps import served_model
-from ..errors import ERROR_RESPONSES, ApiError, as_api_error
+from ..dialects import NATIVE
+from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import NativeCompletionRequest
 from ..registry import Served
 from ..streaming import unless_gone
 
-router = APIRouter()
+router = NATIVE.router()
 
 _STOP_TYPES = {StopReason.EOS: "eos", StopReason.MAX_TOKENS: "limit", StopReason.CONTEXT_FULL: "limit",
                StopReason.STOP_SEQUENCE: "word", StopReason.CANCELLED: "none"}
@@ -151,8 +152,7 @@ async def _events(served: Served, jobs: list[Job], texts: list[str], settings: d
             final = result(served, i, done, texts[i], {**settings, "stream": True}, False)
             yield _event({**final, "content": chunk.text})
     except LlamaError as exc:  # the status line is sent: the error is the last event
-        error = as_api_error(exc)
-        yield _event({"error": {"code": error.status, "message": str(error), "type": "server_error"}})
+        yield NATIVE.stream_error(exc)
 
 
 def _event(payload: dict[str, Any]) -> str:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 
 from ...high.chat import check_messages, render_prompt
 from ..deps import served_model
+from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES
 from ..native_schemas import ApplyTemplateRequest
 from ..registry import Served
 
-router = APIRouter()
+router = NATIVE.router()
 
 
 @router.post("/apply-template", responses=ERROR_RESPONSES)
