@@ -63,6 +63,7 @@ class Llama:
         backend = LlamaBackend.init(params.backends)
         for endpoint in params.rpc_servers:
             backend.add_rpc_server(endpoint)
+        backend.check_rpc_servers()  # a registered server that is gone aborts the load in ggml-rpc: an error here
         model = LlamaModel(params.model_path, params.model_params(), params.context_params())
         # The fit sized the context that n_ctx=0 left to it (as llama-cli does).
         context_params = model.fit.context if model.fit is not None else params.context_params()
