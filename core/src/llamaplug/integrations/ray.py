@@ -63,13 +63,13 @@ class LlamaAppFactory:
     options: dict[str, Any] = dataclasses.field(default_factory=dict)  # create_app's other keywords
 
     def __call__(self, n_threads: int) -> ASGIApp:
-        from ..high.llama import Llama
         from ..server.app import create_app
+        from ..server.registry import load_warm
 
         params = self.params
         if "n_threads" not in params.model_fields_set:
             params = params.model_copy(update={"n_threads": n_threads})
-        return create_app(Llama.load(params), model_id=self.model_id, api_key=self.api_key, pooling=self.pooling,
+        return create_app(load_warm(params), model_id=self.model_id, api_key=self.api_key, pooling=self.pooling,
                           **self.options)
 
 
