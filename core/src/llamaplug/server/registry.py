@@ -36,6 +36,7 @@ from ..errors import InvalidParameterError, LlamaError
 from ..high.async_llama import AsyncLlama
 from ..high.engine import Engine
 from ..high.llama import Llama
+from ..high.requests import chat_job
 from ..params import LlamaParams
 from . import durations
 from .errors import ApiError
@@ -119,13 +120,21 @@ class _Entry:
 
 
 def load_warm(params: LlamaParams) -> Llama:
-    """Llama.load, then its warm-up decode: a served model is ready when its first request pays nothing more."""
+    """Llama.load, then what a fresh model's first requests would pay, paid before it is ready: its warm-up
+    decode, and its chat template compiled (jinja2 imported and the template cached, by one chat prompt built)."""
     llama = Llama.load(params)
     try:
         llama.warm_up()
     except BaseException:
         llama.close()
         raise
+    try:
+        job, _ = chat_job(llama, [{"role": "user", "content": "hi"}], max_tokens=1)
+    except LlamaError:  # a template that does not render fails the chat requests themselves, with their error
+        log.debug("no chat prompt to warm up with", exc_info=True)
+    else:
+        if job.own_sampler:
+            job.sampler.close()
     return llama
 
 
