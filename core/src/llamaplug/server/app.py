@@ -65,7 +65,7 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.add_middleware(_Guard, api_key=api_key, metrics=metrics)
     for router in ROUTERS:
         app.include_router(router)
-    dialects.install(app)
+    dialects.install(app, ROUTERS)
 
     return app
 

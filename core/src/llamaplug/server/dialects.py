@@ -170,10 +170,10 @@ class DialectMap:
         return OPENAI
 
 
-def install(app: FastAPI) -> None:
-    """Give the app the dialect map of its routes (include the routers first), and make `handle` its handler of
-    every error a request can end with outside a route (an unknown path or method)."""
-    app.state.dialects = DialectMap(app.routes)
+def install(app: FastAPI, routers: Iterable[APIRouter]) -> None:
+    """Give the app the dialect map of the routes of `routers` (those it includes), and make `handle` its
+    handler of every error a request can end with outside a route (an unknown path or method)."""
+    app.state.dialects = DialectMap(route for router in routers for route in router.routes)
     for kind in (ApiError, LlamaError, RequestValidationError, HTTPException):
         app.add_exception_handler(kind, handle)
 
