@@ -4,6 +4,7 @@
     .tox/py/bin/python bench/serving.py engine [--models smollm2,gemma] [--rounds 3]
     .tox/py/bin/python bench/serving.py load [--clients 8,32] [--requests 200] [--unique]
     .tox/py/bin/python bench/serving.py chat [--clients 8,32] [--requests 96] [--rounds 2] [--restart]
+    .tox/py/bin/python bench/serving.py cold [--model smollm2] [--clients 8] [--requests 64] [--rounds 2]
     .tox/py/bin/python bench/serving.py disconnects [--requests 1000]
 
 engine: `create_completions` of 16 prompts x 64 tokens against the same prompts one
@@ -25,6 +26,10 @@ chat: the throughput target of issue 24: the pinned llama-server, `llamaplug ser
   (native, ours, router, router, ours, native, ...) so drift weighs on all of them. The three servers
   stay up side by side and take turns (--restart: each is started anew for each run, the first method).
   Throughput counts each server's own usage.completion_tokens. Target: ours >= 1.0x native at 8 and 32 clients.
+cold: a fresh server for each run, ours and the pin's llama-server in ABBA order: seconds from the spawn to
+  /health ready, the latency of each of the first 64 chat requests (8 clients, greedy, 64 tokens) by waves of 8,
+  their tokens/s, and the resident memory at ready and after them. Targets (issue 31): ready within 2x, RSS at
+  most 64 MiB above, tokens/s >= 1.0x.
 disconnects: R streamed requests to `llamaplug serve`, each dropped after a random
   number of events; afterwards /metrics must show every slot free, and the server's
   RSS is sampled (flat: the last sample within 5% of the one after warm-up).
@@ -439,6 +444,99 @@ def bench_disconnects(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# -- cold ---------------------------------------------------------------------------------------------------------
+def launch_timed(kind: str, model: Path, slots: int, per_slot: int) -> tuple[subprocess.Popen, int, float]:
+    """Start a server as `start` does, and the seconds from its spawn to its first /health 200 (ready)."""
+    port = free_port()
+    if kind == "native":
+        cmd = [str(native_bin() / "llama-server"), "-m", str(model), "-t", str(THREADS), "-np", str(slots),
+               "-c", str(slots * per_slot), "--host", "127.0.0.1", "--port", str(port)]
+    else:
+        cmd = [sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(model), "-t", str(THREADS), "--parallel",
+               str(slots), "-c", str(slots * per_slot), "--port", str(port)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, port, time.perf_counter() - t0
+        except OSError:
+            if proc.poll() is not None:
+                raise SystemExit(f"{kind} server exited: {' '.join(cmd)}") from None
+        time.sleep(0.01)
+    proc.kill()
+    raise SystemExit(f"{kind} server did not start")
+
+
+async def drive_chat_timed(port: int, clients: int, requests: int, max_tokens: int = 64) -> list[tuple[float, int]]:
+    """As drive_chat, each request's (seconds, completion tokens) in the order the requests were sent."""
+    client, model, queue = await _client(port, requests)
+    out: list[tuple[float, int]] = [(0.0, 0)] * requests
+
+    async def worker() -> None:
+        while not queue.empty():
+            i = queue.get_nowait()
+            t0 = time.perf_counter()
+            got = await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": CHAT_PROMPTS[i % len(CHAT_PROMPTS)]}],
+                max_tokens=max_tokens, temperature=0)
+            out[i] = (time.perf_counter() - t0, got.usage.completion_tokens)
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    await client.close()
+    return out
+
+
+def bench_cold(args: argparse.Namespace) -> dict[str, Any]:
+    """A fresh server each run (ABBA, ours against the pin's llama-server): seconds to /health ready, each of the
+    first `requests` chat requests' latency, and the resident memory after them."""
+    model = model_path(args.model)
+    kinds = ["native", "llamaplug"]
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    for r in range(args.rounds):
+        for kind in (kinds if r % 2 == 0 else kinds[::-1]):
+            proc, port, ready = launch_timed(kind, model, args.clients, args.per_slot)
+            try:
+                rss_ready = rss_kib(proc.pid)
+                t0 = time.perf_counter()
+                per = asyncio.run(drive_chat_timed(port, args.clients, args.requests))
+                wall = time.perf_counter() - t0
+                rss = rss_kib(proc.pid)
+            finally:
+                stop(proc)
+            tokens = sum(n for _, n in per)
+            runs[kind].append({"ready_s": ready, "rss_ready_kib": rss_ready, "rss_after_kib": rss, "wall_s": wall,
+                               "tokens": tokens, "latency_s": [s for s, _ in per]})
+            print(f"round {r}, {kind:9}: ready {ready:.2f} s, {tokens / wall:.1f} tok/s over the first "
+                  f"{args.requests}, first request {per[0][0]:.3f} s, RSS {rss_ready / 1024:.0f} -> "
+                  f"{rss / 1024:.0f} MiB",
+                  flush=True)
+    med = {k: {key: statistics.median(run[key] for run in v) for key in ("ready_s", "rss_ready_kib", "rss_after_kib")}
+           for k, v in runs.items()}
+    for k, v in runs.items():
+        med[k]["tokens_per_s"] = statistics.median(run["tokens"] / run["wall_s"] for run in v)
+        # each request's median latency over the runs, then by groups of `clients` (one wave of requests)
+        lat = [statistics.median(run["latency_s"][i] for run in v) for i in range(args.requests)]
+        med[k]["wave_latency_s"] = [statistics.mean(lat[i:i + args.clients]) for i in range(0, args.requests,
+                                                                                               args.clients)]
+    ours, native = med["llamaplug"], med["native"]
+    result = {"model": model.name, "clients": args.clients, "requests": args.requests, "runs": runs, "median": med,
+              "tokens_per_s_ours_over_native": ours["tokens_per_s"] / native["tokens_per_s"],
+              "ready_ours_over_native": ours["ready_s"] / native["ready_s"],
+              "rss_after_ours_minus_native_mib": (ours["rss_after_kib"] - native["rss_after_kib"]) / 1024,
+              "wave_latency_ours_over_native": [o / n for o, n in zip(ours["wave_latency_s"],
+                                                                      native["wave_latency_s"], strict=True)]}
+    print(f"{model.name}, {args.clients} clients, the first {args.requests} requests of a fresh server: ours/native "
+          f"{result['tokens_per_s_ours_over_native']:.3f} tok/s; ready {ours['ready_s']:.2f} vs "
+          f"{native['ready_s']:.2f} s ({result['ready_ours_over_native']:.2f}x, target <= 2); RSS after "
+          f"{ours['rss_after_kib'] / 1024:.0f} vs {native['rss_after_kib'] / 1024:.0f} MiB "
+          f"({result['rss_after_ours_minus_native_mib']:+.0f}, target <= +64); latency per wave ours/native "
+          + " ".join(f"{x:.2f}" for x in result["wave_latency_ours_over_native"]), flush=True)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
@@ -457,12 +555,18 @@ def main() -> None:
     c.add_argument("--rounds", type=int, default=2, help="each round runs every server once; odd rounds reversed")
     c.add_argument("--restart", action="store_true",
                    help="start each server anew for every run (the first method) instead of keeping all three up")
+    k = sub.add_parser("cold")
+    k.add_argument("--model", default="smollm2")
+    k.add_argument("--clients", type=int, default=8)
+    k.add_argument("--requests", type=int, default=64)
+    k.add_argument("--per-slot", type=int, default=1024, help="context per slot (-c is clients x this)")
+    k.add_argument("--rounds", type=int, default=2, help="each round starts each server once; odd rounds reversed")
     d = sub.add_parser("disconnects")
     d.add_argument("--model", default="smollm2")
     d.add_argument("--requests", type=int, default=1000)
     args = ap.parse_args()
     result = {"engine": bench_engine, "load": bench_load, "chat": bench_chat,
-              "disconnects": bench_disconnects}[args.what](args)
+              "disconnects": bench_disconnects, "cold": bench_cold}[args.what](args)
     OUT.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now().strftime("%Y-%m-%dT%H%M")
     target = OUT / f"{socket.gethostname()}-{stamp}-{args.what}.json"

@@ -121,3 +121,16 @@ def test_a_tokens_work_does_not_grow_with_the_number_or_length_of_stops():
     few, lots = run(["<1>aa"]), run(many)
     assert lots <= 15 * n_chars + 20 * len(pieces)
     assert lots <= 2 * few
+def test_the_stop_that_matched_is_kept_the_first_listed_of_a_tie():
+    # llama-server's stopping_word: the stop found earliest in the text; of two found at the same place, the one
+    # listed first (server-context.cpp's find_stopping_strings keeps a later one only at a smaller position)
+    a = TextAssembler(["world", "lo w"])
+    feed_all(a, [b"hello world"])
+    assert a.matched == "lo w"
+    for stops in (["ll", "l"], ["l", "ll"]):  # both are found at 2
+        b = TextAssembler(stops)
+        feed_all(b, [b"hello world"])
+        assert (b.text, b.matched) == ("he", stops[0])
+    c = TextAssembler(["zz"])
+    feed_all(c, [b"hello"])
+    assert c.matched is None and not c.stopped

@@ -257,6 +257,10 @@ class ContextParams(Params):
     n_seq_max: int = Field(
         1, ge=1, le=LLAMA_MAX_SEQ,
         description="the most sequences (parallel slots) the context holds; they share the n_ctx cells (at most 256)")
+    n_outputs_max: int = Field(
+        0, ge=0, le=INT32_MAX,
+        description="the most rows of logits one batch asks for (its compute buffer is reserved for them); 0 = "
+                    "n_batch. At least n_seq_max; `llamaplug serve` reserves one per slot and drafted token")
     n_threads: int = Field(
         default_factory=physical_cores, ge=1, le=GGML_MAX_N_THREADS,
         description="CPU threads for generation (one token per step); default = the physical cores")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 import threading
 from pathlib import Path
 
@@ -152,6 +153,26 @@ class LlamaBackend:
             check_ptr(server_reg, BackendError, f"could not reach RPC server {endpoint}", errors)
             lib.ggml_backend_register(server_reg)
             self._rpc_servers.append(endpoint)
+
+    @property
+    def rpc_servers(self) -> list[str]:
+        """The RPC servers whose devices are registered (every later model load may use them)."""
+        return list(self._rpc_servers)
+
+    def check_rpc_servers(self, timeout: float = 2.0) -> None:
+        """Raise BackendError naming a registered RPC server that does not take a connection now.
+
+        ggml-rpc aborts the process when a load or a decode cannot reach a server whose devices are
+        registered ("Failed to connect"): a load checks them first, so a stopped server is an error
+        (and a load once it is back works again).
+        """
+        for endpoint in self.rpc_servers:
+            host, _, port = endpoint.rpartition(":")
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+            except OSError as exc:
+                raise BackendError(f"the RPC server {endpoint} does not answer ({exc}); its devices are "
+                                   "registered for this process's models: start it again") from None
 
     def rpc_start_server(self, host: str, port: int, n_threads: int = 0) -> None:
         """Serve this process's local devices over RPC; blocks until the process ends."""

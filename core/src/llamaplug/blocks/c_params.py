@@ -16,7 +16,7 @@ def context_c_params(p: ContextParams, abort_flag: Any = None) -> Any:
     `abort_flag` (an ``int *`` kept alive by the caller) aborts a running decode when set.
     """
     c = lib.llama_context_default_params()
-    for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "n_threads", "yarn_ext_factor",
+    for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "n_outputs_max", "n_threads", "yarn_ext_factor",
                  "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "defrag_thold",
                  "rope_freq_base", "rope_freq_scale", "embeddings", "offload_kqv", "no_perf", "op_offload",
                  "swa_full", "kv_unified"):

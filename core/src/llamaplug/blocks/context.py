@@ -61,6 +61,10 @@ class LlamaContext(ContextState, ContextAdapters):
         self.params = params = params or ContextParams()
         self._abort_flag = ffi.new("int *")  # read by the C abort callback between graph nodes
         c = context_c_params(params, self._abort_flag)
+        if 0 < params.n_outputs_max < params.n_seq_max:  # llama.cpp reserves a row per sequence: an abort
+            raise InvalidParameterError(f"n_outputs_max={params.n_outputs_max} is below n_seq_max={params.n_seq_max}"
+                                        ": a context reserves a row of logits per sequence (0: n_batch)",
+                                        field="n_outputs_max")
         check_fits(params, model)
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_init_from_model(model._ptr, c)
@@ -79,6 +83,11 @@ class LlamaContext(ContextState, ContextAdapters):
         model._dependents.add(self)
         self.model = model
         self._mem = lib.llama_get_memory(ptr)
+        # Rows of logits a batch may ask for: llama.cpp aborts past them (an encoder's context keeps n_batch).
+        reserved = params.n_outputs_max and not lib.llama_model_has_encoder(model._ptr)
+        self._n_outputs_max = params.n_outputs_max if reserved else self.n_batch
+        # Every token of a batch has an output: embeddings, or a model without a KV cache (decode is an encode).
+        self._all_outputs = params.embeddings or self._mem == ffi.NULL
         self._recurrent = bool(lib.llama_model_is_recurrent(model._ptr) or lib.llama_model_is_hybrid(model._ptr))
         self.n_vocab = model.n_vocab
         self._loras = {}
@@ -130,6 +139,11 @@ class LlamaContext(ContextState, ContextAdapters):
         return int(lib.llama_n_batch(self._ptr))
 
     @property
+    def n_outputs_max(self) -> int:
+        """The most rows of logits (outputs) one batch may ask for (ContextParams.n_outputs_max, 0: n_batch)."""
+        return self._n_outputs_max
+
+    @property
     def n_ubatch(self) -> int:
         return int(lib.llama_n_ubatch(self._ptr))
 
@@ -146,7 +160,7 @@ class LlamaContext(ContextState, ContextAdapters):
         lib.llama_set_n_threads(self._ptr, n_threads, n_threads_batch or n_threads)
 
     # -- forward pass --------------------------------------------------------
-    def _check_batch(self, batch: LlamaBatch) -> None:
+    def _check_batch(self, batch: LlamaBatch, all_outputs: bool = False) -> None:
         n = batch.n_tokens
         if n == 0:
             raise InvalidParameterError("cannot decode an empty batch", field="batch")
@@ -155,6 +169,13 @@ class LlamaContext(ContextState, ContextAdapters):
                                         field="n_tokens")
         if n > self.n_batch:
             raise InvalidParameterError(f"batch of {n} tokens exceeds n_batch={self.n_batch}", field="batch")
+        if n > self._n_outputs_max:
+            n_out = n if all_outputs or self._all_outputs else int(np.count_nonzero(batch.logits[:n]))
+            if n_out > self._n_outputs_max:
+                raise InvalidParameterError(
+                    f"the batch asks for {n_out} rows of logits, the context reserves {self._n_outputs_max} "
+                    "(n_outputs_max): ask for logits on fewer tokens or raise ContextParams.n_outputs_max",
+                    field="batch.logits")
         self.model.check_tokens(batch.token[:n])
         counts = batch.n_seq_id[:n]
         if counts.min() < 1 or counts.max() > batch.n_seq_max:
@@ -195,8 +216,25 @@ class LlamaContext(ContextState, ContextAdapters):
         self.epoch += 1
         self.n_past = max(self.n_past, int(batch.pos[: batch.n_tokens].max()) + 1)
 
+    def warm_up(self) -> None:
+        """One decode of [BOS, EOS], then an empty cache, as llama.cpp's tools run before they report ready:
+        the first decode's own costs (the weights paged in from the mapped file, first-use allocations in the
+        backends) are paid here, not by the first request. A model without a decoder is left as it is."""
+        model = self.model
+        if not model.has_decoder or model.has_encoder:
+            return
+        tokens = [t for t in (model.bos, model.eos) if t is not None and t >= 0] or [0]
+        batch = LlamaBatch(len(tokens), 1)
+        batch.add_sequence(tokens, 0, False)
+        try:
+            self.decode(batch)
+        finally:
+            self.clear_cache()
+            lib.llama_synchronize(self._ptr)
+            lib.llama_perf_context_reset(self._ptr)
+
     def encode(self, batch: LlamaBatch) -> None:
-        self._check_batch(batch)
+        self._check_batch(batch, all_outputs=True)
         rc = lib.llama_encode(self._ptr, batch.c_batch())
         if rc == 2:
             _interrupted()

@@ -64,6 +64,7 @@ class Completion:
     timings: CompletionTimings
     stop_reason: StopReason
     prompt_tokens: list[int] = dataclasses.field(default_factory=list)
+    stop_string: str | None = None  # the stop string that ended it (StopReason.STOP_SEQUENCE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +76,7 @@ class CompletionChunk:
     logprobs: list[TokenLogprob] | None = None
     stop_reason: StopReason | None = None
     timings: CompletionTimings | None = None
+    stop_string: str | None = None  # on the final chunk: the stop string that ended the generation
 
 
 # A request's stop sequences: every one is matched against every generated character (TextAssembler), so
@@ -119,6 +121,7 @@ class TextAssembler:
         self._state = 0
         self._held = ""  # decoded, not yet handed out
         self.stopped = False
+        self.matched: str | None = None  # the stop string found (the first to start; the first listed of a tie)
 
     def feed(self, piece: bytes) -> str:
         """Add a token's bytes; return the text that is now safe to emit."""
@@ -129,6 +132,7 @@ class TextAssembler:
         held = self._held + new
         state, cut = matcher.scan(self._state, new, len(held))
         if cut is not None:
+            self.matched = next((s for s in self.stop if held.startswith(s, cut)), None)
             self._held, self.stopped = "", True
             return held[:cut]
         self._state = state

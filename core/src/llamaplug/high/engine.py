@@ -1,20 +1,24 @@
 """The engine: continuous batching of many sequences in one context.
 
-One worker thread owns the context. Each step builds one batch: the last sampled
-token of every generating sequence first, then prompt chunks of newly admitted
-requests in what room is left (so reading a long prompt never stalls running
-streams), calls llama_decode once, and samples each sequence's next token from
-its own row of logits. A finished sequence frees its slot at once; the next
-waiting request takes it at the next step.
+One worker thread owns the context and runs the loop, one step at a time:
 
-A slot (one KV-cache sequence) keeps its tokens after its request ends, so a
-request whose prompt shares a prefix with them (the next chat turn, a common
-system prompt) decodes only the rest: `CompletionTimings.cached_tokens`.
+1. admit: waiting jobs take free slots (the slot whose tokens share the longest prefix
+   with the prompt first); `Slot.place` reuses that prefix (slot.py);
+2. build the batch: the next token of every generating slot first (with a drafter's
+   guesses after it, speculative.py), then prompt chunks of newly admitted jobs in what
+   room is left, so reading a long prompt never stalls running streams;
+3. decode it, once;
+4. hand each slot its rows: `Slot.consumed`, then `Slot.advance` samples the slot's next
+   token and applies the stop rules (or `speculative.verify` for a slot with guesses);
+5. emit: each output's chunk goes to its job's sink; a job that ended frees its slot at
+   once, and the next waiting job takes it at the next step.
 
-With a drafter (speculative.py), a generating slot's token goes into the step's batch
-with the drafter's guesses after it, every one with logits; the slot's sampler then
-samples row after row while its token equals the guess, and the cache is cut after the
-last accepted one (`_verify`). Without one, the step is the same as ever.
+A slot keeps its tokens after its request ends, so a request whose prompt shares a prefix
+with them (the next chat turn, a common system prompt) decodes only the rest:
+`CompletionTimings.cached_tokens`.
+
+Where things go: a new stop rule in `Slot.on_token`; a new way to pick the slot or the
+order of waiting jobs in `_admit`; a new share of the batch between slots in `_build`.
 
 Callers never touch the context: they hand the engine a `Job` and get its
 events through the job's `sink` (a queue's put for threads, a
@@ -29,71 +33,21 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from ..blocks.batch import LlamaBatch
 from ..blocks.context import LlamaContext
-from ..blocks.sampling import LlamaSampler
 from ..errors import ClosedError, DecodeError, InvalidParameterError, LlamaError
-from .completion import CompletionChunk, CompletionTimings, StopReason, TextAssembler
+from .completion import CompletionChunk, CompletionTimings, StopReason
+from .job import Job as Job  # its home was here
 from .logprobs import LogprobReader
 from .prefix_store import PrefixStore, common_prefix
-from .speculative import Drafter, DraftRequest
+from .slot import Slot
+from .speculative import Drafter, plan_drafts, verify
 
 log = logging.getLogger("llamaplug.engine")
 
-_MIN_STASH = 8  # fewer tokens about to be cut are not worth a copy of the sequence
 _ABORTED = 2  # llama_decode's code when the abort callback stopped it
-
-
-@dataclasses.dataclass(eq=False)
-class Job:
-    """One request: a prompt to continue, and where its events go."""
-
-    prompt: list[int]
-    max_tokens: int | None
-    sampler: LlamaSampler
-    stops: list[str]
-    n_logprobs: int | None = None
-    own_sampler: bool = False
-    sink: Callable[[CompletionChunk | BaseException], None] = print
-    media: Any = None  # an MtmdInputChunks (plugin llamaplug-mtmd) in place of `prompt`'s tokens
-    # Special tokens whose text the reply keeps (the chat layer's preserved tokens: a template's <tool_call>).
-    render_special: frozenset[int] = frozenset()
-    cancelled: bool = False
-    done: bool = False
-    # Filled in while it runs.
-    text: TextAssembler = dataclasses.field(init=False)
-    produced: int = 0
-    cached: int = 0
-    started: float = 0.0
-    first_token: float = 0.0
-    drafted: int = 0
-    accepted: int = 0
-
-    def __post_init__(self) -> None:
-        self.text = TextAssembler(self.stops)
-
-    def cancel(self) -> None:
-        """Stop at the next step (from any thread): the last event says StopReason.CANCELLED."""
-        self.cancelled = True
-
-    @property
-    def n_prompt(self) -> int:
-        """Positions the prompt takes (media included)."""
-        return len(self.prompt) if self.media is None else int(self.media.n_pos)
-
-
-@dataclasses.dataclass(eq=False)
-class _Slot:
-    seq: int
-    tokens: list[int] = dataclasses.field(default_factory=list)  # in the KV cache at positions 0..n-1
-    job: Job | None = None
-    todo: list[int] = dataclasses.field(default_factory=list)  # prompt tokens not decoded yet
-    next: int | None = None  # the sampled token to decode next
-    used: float = 0.0
-    draft: list[int] = dataclasses.field(default_factory=list)  # guesses decoded after `next` this step
 
 
 @dataclasses.dataclass
@@ -127,11 +81,12 @@ class Engine:
         self._store = PrefixStore(cache_bytes) if cache_bytes > 0 else None
         # A sliding-window cache forgets cells behind the window: a prefix is reusable only while the
         # window before its end is still there (llama-server's check).
-        self._n_swa = 0 if context.params.swa_full else context.model.n_swa
-        self._slots = [_Slot(i) for i in range(context.n_seq_max)]
+        n_swa = 0 if context.params.swa_full else context.model.n_swa
+        logprobs = LogprobReader(context)
+        self._slots = [Slot(i, context, logprobs, n_swa) for i in range(context.n_seq_max)]
         self._n_ctx_seq = context.n_ctx_seq
         self._batch = LlamaBatch(context.n_batch, 1)
-        self._logprobs = LogprobReader(context)
+        self._n_outputs = context.n_outputs_max  # logits rows a batch may ask for
         self._waiting: deque[Job] = deque()
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -148,6 +103,10 @@ class Engine:
     @property
     def n_ctx_seq(self) -> int:
         return self._n_ctx_seq
+
+    @property
+    def drafter(self) -> Drafter | None:
+        return self._drafter
 
     def slots_running(self) -> list[bool]:
         """Whether each slot runs a request now: a snapshot read without a lock (for the server's /slots)."""
@@ -231,7 +190,7 @@ class Engine:
         if self._ctx.epoch != self._epoch:
             for slot in self._slots:
                 if slot.job is None:
-                    slot.tokens.clear()
+                    slot.forget()
             if self._store is not None:
                 self._store.clear()
                 self._count_store()
@@ -257,10 +216,11 @@ class Engine:
             jobs = list(self._waiting) + [s.job for s in self._slots if s.job is not None]
             self._waiting.clear()
             for slot in self._slots:
-                slot.job = None
+                slot.release()
         for job in jobs:
             self._end(job, exc)
 
+    # -- admit ------------------------------------------------------------------
     def _admit(self) -> None:
         """Give free slots to waiting jobs (called with the lock held)."""
         while self._waiting:
@@ -274,94 +234,76 @@ class Engine:
                 break
             self._waiting.popleft()
             slot = max(free, key=lambda s: (common_prefix(s.tokens, job.prompt), -s.used))
-            self._place(job, slot)
+            with self._own():
+                cached = slot.place(job, self._store)
+            self.stats.prompt_tokens += job.n_prompt
+            self.stats.cached_tokens += cached
+            self._count_store()
         self.stats.waiting = len(self._waiting)
         self.stats.busy_slots = sum(s.job is not None for s in self._slots)
-
-    def _place(self, job: Job, slot: _Slot) -> None:
-        # The last prompt token is decoded again for its logits; a prompt with media is evaluated whole.
-        keep = 0 if job.media is not None else min(common_prefix(slot.tokens, job.prompt), len(job.prompt) - 1)
-        hit: tuple[tuple[int, ...], int] | None = None  # a stored sequence sharing more than the slot
-        if self._store is not None and job.media is None:
-            key, n = self._store.best(job.prompt)
-            n = min(n, len(job.prompt) - 1)
-            if n > keep:
-                hit = key, n
-        with self._own():
-            self._stash(slot, 0 if hit else keep)
-            if hit:
-                keep = self._restore(slot, *hit)
-            # Always cut (not only past the known tokens): after a failed decode or state load the
-            # cache may hold cells this bookkeeping does not know of.
-            if not self._ctx.kv_cache_seq_rm(slot.seq, keep, -1) or not self._window_kept(slot, keep):
-                keep = 0  # a recurrent model cannot cut its state, a sliding window lost cells: start over
-                self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
-        del slot.tokens[keep:]
-        slot.job, slot.todo, slot.next = job, job.prompt[keep:] if job.media is None else [], None
-        job.cached = keep
-        self.stats.prompt_tokens += job.n_prompt
-        self.stats.cached_tokens += keep
-
-    def _window_kept(self, slot: _Slot, keep: int) -> bool:
-        if not self._n_swa or keep == 0:
-            return True
-        # -1: the cut took every cell the window layers still had
-        return 0 <= self._ctx.kv_cache_seq_pos_min(slot.seq) <= max(0, keep - self._n_swa)
-
-    def _stash(self, slot: _Slot, keep: int) -> None:
-        """Keep the slot's sequence in the store when a new request is about to cut most of it away."""
-        store, tokens = self._store, slot.tokens
-        if store is None or len(tokens) - keep < _MIN_STASH or min(tokens) < 0 or store.covers(tokens):
-            return  # (negative: media positions, which no text prompt can match)
-        try:
-            store.put(tokens, self._ctx.state_seq_get(slot.seq))
-        except LlamaError:
-            log.debug("could not keep sequence %d", slot.seq, exc_info=True)
-        self._count_store()
-
-    def _restore(self, slot: _Slot, key: tuple[int, ...], n: int) -> int:
-        """Load a stored sequence into the slot; the `n` prompt tokens it gives, 0 if it failed."""
-        assert self._store is not None
-        try:
-            self._ctx.state_seq_set(self._store.get(key), slot.seq)
-        except LlamaError:
-            log.debug("could not restore a stored sequence into slot %d", slot.seq, exc_info=True)
-            self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
-            slot.tokens.clear()
-            return 0
-        slot.tokens[:] = key
-        return n
 
     def _count_store(self) -> None:
         store = self._store
         self.stats.stored_sequences, self.stats.stored_bytes = (len(store), store.size) if store else (0, 0)
 
+    # -- one step -----------------------------------------------------------------
     def _step(self) -> None:
-        batch, ctx = self._batch, self._ctx
         for slot in self._slots:
             if slot.job is not None and slot.job.media is not None and not slot.tokens and slot.next is None:
                 self._eval_media(slot)  # libmtmd runs its own decodes: a step of its own
                 return
-        if self._drafter is not None:
-            self._draft()
-        batch.clear()
-        rows: list[tuple[_Slot, int]] = []  # (slot, how many of its tokens are in the batch)
-        for slot in self._slots:
-            job = slot.job
-            if job is None or slot.next is None:
-                continue
-            if job.cancelled:
-                self._finish(slot, StopReason.CANCELLED)  # (_release drops the slot's guesses)
-                continue
-            batch.add(slot.next, len(slot.tokens), slot.seq, True)
+        rows = self._build()
+        if not rows:
+            return
+        ctx = self._ctx
+        ctx.clear_abort()
+        if any(slot.job is not None and slot.job.cancelled for slot, _ in rows):
+            return  # Llama.cancel came after the checks above, before the abort flag was cleared: next step
+        try:
+            with self._own():
+                ctx.decode(self._batch)
+        except DecodeError as exc:
+            if exc.code != _ABORTED:
+                self._fail_rows(rows, exc)
+                return
+            # Llama.cancel: what the aborted decode wrote is not ours; the cancelled jobs end next step.
+            with self._own():
+                for slot, _ in rows:
+                    ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
+                    slot.draft = []
+            return
+        except LlamaError as exc:
+            self._fail_rows(rows, exc)
+            return
+        self.stats.decode_steps += 1
+        end = 0  # one past the slot's last token in the batch: its logits row when its prompt is read
+        for slot, n in rows:
+            end += n
             if slot.draft:
-                pos = len(slot.tokens) + 1
-                for i, token in enumerate(slot.draft):
-                    batch.add(token, pos + i, slot.seq, True)
-                rows.append((slot, 1 + len(slot.draft)))
-            else:
-                rows.append((slot, 1))
+                self._verify(slot, end - n)
+            elif slot.consumed(n):
+                self._output(slot, end - 1)
+
+    def _build(self) -> list[tuple[Slot, int]]:
+        """This step's batch: each generating slot's next token (and guesses), then prompt chunks in the room
+        left; (slot, how many of its tokens are in the batch), in the batch's order."""
+        batch = self._batch
+        batch.clear()
+        for slot in self._slots:
+            if slot.job is not None and slot.next is not None and slot.job.cancelled:
+                self._finish(slot, StopReason.CANCELLED)
+        generating = [s for s in self._slots if s.generating]
         prefilling = [s for s in self._slots if s.job is not None and s.todo]
+        if self._drafter is not None:
+            plan_drafts(self._drafter, [s for s in generating if s.job is not None and s.job.media is None],
+                        batch.capacity - len(generating), self._n_outputs - len(generating) - len(prefilling))
+        rows: list[tuple[Slot, int]] = []
+        for slot in generating:
+            assert slot.next is not None
+            batch.add(slot.next, len(slot.tokens), slot.seq, True)
+            for i, token in enumerate(slot.draft):
+                batch.add(token, len(slot.tokens) + 1 + i, slot.seq, True)
+            rows.append((slot, 1 + len(slot.draft)))
         if prefilling:
             self._turn = (self._turn + 1) % len(prefilling)
             prefilling = prefilling[self._turn:] + prefilling[:self._turn]
@@ -378,47 +320,9 @@ class Engine:
             if len(take) < len(slot.todo):
                 batch.logits[batch.n_tokens - 1] = 0  # logits only where the prompt ends
             rows.append((slot, len(take)))
-        if not rows:
-            return
-        ctx.clear_abort()
-        if any(slot.job is not None and slot.job.cancelled for slot, _ in rows):
-            return  # Llama.cancel came after the checks above, before the abort flag was cleared: next step
-        try:
-            with self._own():
-                ctx.decode(batch)
-        except DecodeError as exc:
-            if exc.code != _ABORTED:
-                self._fail_rows(rows, exc)
-                return
-            # Llama.cancel: what the aborted decode wrote is not ours; the cancelled jobs end next step.
-            with self._own():
-                for slot, _ in rows:
-                    ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
-                    slot.draft = []
-            return
-        except LlamaError as exc:
-            self._fail_rows(rows, exc)
-            return
-        self.stats.decode_steps += 1
-        now = time.perf_counter()
-        end = 0  # one past the slot's last token in the batch: its logits row when its prompt is read
-        for slot, n in rows:
-            end += n
-            if slot.draft:
-                self._verify(slot, end - n)
-                slot.used = now
-                continue
-            if slot.next is not None:
-                slot.tokens.append(slot.next)
-                slot.next = None
-            else:
-                slot.tokens.extend(slot.todo[:n])
-                del slot.todo[:n]
-            slot.used = now
-            if not slot.todo:
-                self._after_output(slot, end - 1)
+        return rows
 
-    def _eval_media(self, slot: _Slot) -> None:
+    def _eval_media(self, slot: Slot) -> None:
         job = slot.job
         assert job is not None
         if job.cancelled:
@@ -439,101 +343,36 @@ class Engine:
             else:
                 self._fail_rows([(slot, 0)], exc)
             return
-        slot.tokens = [-1] * n_past  # positions no text prompt can match: no prefix reuse past media
-        slot.used = time.perf_counter()
+        slot.media_read(n_past)  # positions no text prompt can match: no prefix reuse past media
         self.stats.decode_steps += 1
-        self._after_output(slot, -1)
+        self._output(slot, -1)
 
-    def _limit(self, job: Job) -> int:
-        """The tokens `job` may generate: its max_tokens, else what its slot has room for."""
-        return job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
-
-    def _after_output(self, slot: _Slot, idx: int) -> int | None:
-        """Sample the slot's next token from logits row `idx` and hand it to the job; the token (None if none)."""
+    def _verify(self, slot: Slot, first: int) -> None:
         job = slot.job
         assert job is not None
-        limit = self._limit(job)
-        if job.produced >= limit:  # max_tokens=0: the prompt is read, nothing generated
-            self._finish(slot, StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL)
-            return None
-        try:
-            token = job.sampler.sample(self._ctx, idx)
-            lp = [self._logprobs.read(token, job.n_logprobs, idx)] if job.n_logprobs is not None else None
-        except Exception as exc:  # noqa: BLE001 - a job's own sampler (a plugin's Python code too) fails that job only
-            self._release(slot)
-            self._end(job, exc)
-            return None
-        if not job.first_token:
-            job.first_token = time.perf_counter()
-        model = self._ctx.model
-        if model.token_is_eog(token):
-            self._finish(slot, StopReason.EOS)
-            return token
-        job.produced += 1
-        self.stats.generated_tokens += 1
-        new = job.text.feed(model.token_to_piece(token, token in job.render_special))
-        reason = None
-        if job.text.stopped:
-            reason = StopReason.STOP_SEQUENCE
-        elif job.produced >= limit:
-            reason = StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL
-        elif len(slot.tokens) >= self._n_ctx_seq:
-            reason = StopReason.CONTEXT_FULL
-        self._emit(job, CompletionChunk(new, [token], lp))
-        if reason is not None:
-            self._finish(slot, reason)
-        else:
-            slot.next = token
-        return token
-
-    # -- speculative decoding --------------------------------------------------
-    def _draft(self) -> None:
-        """Ask the drafter for guesses after each generating slot's next token; they go in this step's batch."""
-        assert self._drafter is not None
-        slots = [s for s in self._slots if s.job is not None and s.next is not None and not s.job.cancelled
-                 and s.job.media is None]
-        if not slots:
-            return
-        # The guesses share the batch with the generating tokens and leave prompt chunks what remains.
-        share = (self._batch.capacity - len(slots)) // len(slots)
-        requests, asking = [], []
-        for slot in slots:
-            job, last = slot.job, slot.next
-            assert job is not None and last is not None
-            limit = self._limit(job)
-            # As llama.cpp: room for the next token and one sampled after the last guess.
-            n_max = min(share, self._n_ctx_seq - len(slot.tokens) - 2, limit - job.produced - 1)
-            if n_max > 0:
-                requests.append(DraftRequest(slot.seq, slot.tokens, last, n_max))
-                asking.append(slot)
-        if requests:
-            for slot, request, guess in zip(asking, requests, self._drafter.draft(requests)):
-                slot.draft = list(guess[:request.n_max])
-
-    def _verify(self, slot: _Slot, first: int) -> None:
-        """Sample the rows of the slot's next token and its guesses while the samples equal the guesses
-        (llama.cpp's common_sampler_sample_and_accept_n); cut the cache after the last token kept."""
-        job = slot.job
-        assert job is not None and slot.next is not None
-        draft, slot.draft = slot.draft, []
-        slot.tokens.append(slot.next)
-        slot.next = None
-        job.drafted += len(draft)
-        self.stats.drafted_tokens += len(draft)
-        for i, guess in enumerate(draft):
-            token = self._after_output(slot, first + i)
-            if token != guess:
-                break
-            job.accepted += 1
-            self.stats.accepted_tokens += 1
-            if slot.job is not job:  # it ended on this token (EOS, a stop, max_tokens)
-                break
-            slot.tokens.append(guess)
-            slot.next = None
-        else:
-            self._after_output(slot, first + len(draft))
+        drafted, accepted = job.drafted, job.accepted
+        verify(slot, first, self._output)
+        self.stats.drafted_tokens += job.drafted - drafted
+        self.stats.accepted_tokens += job.accepted - accepted
         with self._own():
             self._ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
+
+    # -- emit ---------------------------------------------------------------------
+    def _output(self, slot: Slot, idx: int) -> int | None:
+        """Let the slot sample from logits row `idx` and hand what it gave to its job; the token (None if none)."""
+        job = slot.job
+        assert job is not None
+        out = slot.advance(idx)
+        if out.error is not None:
+            self._release(slot)
+            self._end(job, out.error)
+            return None
+        if out.chunk is not None:
+            self.stats.generated_tokens += 1
+            self._emit(job, out.chunk)
+        if out.reason is not None:
+            self._finish(slot, out.reason)
+        return out.token
 
     def _emit(self, job: Job, event: CompletionChunk | BaseException) -> None:
         try:
@@ -548,17 +387,17 @@ class Engine:
         return CompletionTimings(job.n_prompt, (first - job.started) * 1e3, job.produced, (end - first) * 1e3,
                                  job.cached, job.drafted, job.accepted)
 
-    def _finish(self, slot: _Slot, reason: StopReason) -> None:
+    def _finish(self, slot: Slot, reason: StopReason) -> None:
         job = slot.job
         assert job is not None
         self._release(slot)
-        self._end(job, CompletionChunk(job.text.finish(), [], None, reason, self._timings(job)))
+        self._end(job, CompletionChunk(job.text.finish(), [], None, reason, self._timings(job), job.stop_string))
 
     def _finish_unstarted(self, job: Job) -> None:
         self._end(job, CompletionChunk("", [], None, StopReason.CANCELLED, self._timings(job)))
 
-    def _release(self, slot: _Slot) -> None:
-        slot.job, slot.todo, slot.next, slot.draft = None, [], None, []
+    def _release(self, slot: Slot) -> None:
+        slot.release()
         with self._cv:
             self.stats.busy_slots = sum(s.job is not None for s in self._slots)
 
@@ -574,13 +413,12 @@ class Engine:
         if job.own_sampler:
             job.sampler.close()
 
-    def _fail_rows(self, rows: list[tuple[_Slot, int]], exc: LlamaError) -> None:
+    def _fail_rows(self, rows: list[tuple[Slot, int]], exc: LlamaError) -> None:
         for slot, _ in rows:
             job = slot.job
             with self._own():
                 self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)  # what the failed decode left is unknown
-            slot.tokens.clear()
+            slot.forget()
             self._release(slot)
             if job is not None:
                 self._end(job, exc)
-

@@ -63,6 +63,7 @@ class Llama:
         backend = LlamaBackend.init(params.backends)
         for endpoint in params.rpc_servers:
             backend.add_rpc_server(endpoint)
+        backend.check_rpc_servers()  # a registered server that is gone aborts the load in ggml-rpc: an error here
         model = LlamaModel(params.model_path, params.model_params(), params.context_params())
         # The fit sized the context that n_ctx=0 left to it (as llama-cli does).
         context_params = model.fit.context if model.fit is not None else params.context_params()
@@ -137,6 +138,16 @@ class Llama:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def warm_up(self) -> None:
+        """Run one decode now and forget it (as llama-server before it says ready), so that the first request
+        does not pay the first decode's costs: the weights paged in, the backends' first-use work."""
+        with self._engine.idle("warm_up") as slots:
+            for mine in slots:
+                mine.clear()  # the warm-up empties the cache
+            self._context.warm_up()
+        if isinstance(self._engine.drafter, ModelDrafter):
+            self._engine.drafter.context.warm_up()
 
     # -- state -----------------------------------------------------------------
     def save_state(self, path: str | os.PathLike[str] | None = None) -> bytes | Path:

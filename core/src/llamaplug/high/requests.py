@@ -206,7 +206,7 @@ def collect(chunks: Iterable[CompletionChunk], prompt: list[int]) -> Completion:
         if chunk.stop_reason is not None:
             assert chunk.timings is not None
             return Completion("".join(parts), tokens, logprobs if want_logprobs else None,
-                              chunk.timings, chunk.stop_reason, prompt)
+                              chunk.timings, chunk.stop_reason, prompt, chunk.stop_string)
     raise AssertionError("generation ended without a final chunk")
 
 

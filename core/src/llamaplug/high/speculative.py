@@ -1,10 +1,10 @@
-"""Drafters for speculative decoding: cheap guesses of the next tokens that the target model checks in one batch.
+"""Speculative decoding: drafters (cheap guesses of the next tokens) and the target's check of their guesses.
 
-The engine asks a drafter for each generating slot's guesses before a step, puts the slot's
-next token and its guesses in the batch, and samples the target at each of their rows,
-accepting guesses while the sampled token equals them (llama.cpp's
-common_sampler_sample_and_accept_n). So the output is what the target alone would give;
-a drafter only decides how many decodes that takes.
+Before a step the engine asks for each generating slot's guesses (`plan_drafts`), puts the
+slot's next token and its guesses in the batch, and after the decode `verify` samples the
+target at each of their rows, accepting guesses while the sampled token equals them
+(llama.cpp's common_sampler_sample_and_accept_n). So the output is what the target alone
+would give; a drafter only decides how many decodes that takes.
 
 Two drafters, as the pinned llama.cpp's:
 
@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from ..blocks.context import LlamaContext
 from ..blocks.model import LlamaModel
 from ..errors import DraftVocabMismatchError, LlamaError
 from .prefix_store import common_prefix
+
+if TYPE_CHECKING:
+    from .slot import Slot
 
 log = logging.getLogger("llamaplug.speculative")
 
@@ -53,6 +57,49 @@ class Drafter(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def plan_drafts(drafter: Drafter, slots: Sequence[Slot], room: int, outputs: int) -> None:
+    """Ask `drafter` for guesses after each of `slots`' next token (generating, text only); each slot's go in its
+    `draft`. The guesses share `room` batch rows and `outputs` logits rows (what the step's other tokens leave)
+    evenly."""
+    if not slots:
+        return
+    share = min(room, outputs) // len(slots)
+    requests, asking = [], []
+    for slot in slots:
+        job, last = slot.job, slot.next
+        assert job is not None and last is not None
+        # As llama.cpp: room for the next token and one sampled after the last guess.
+        n_max = min(share, slot.room() - 2, slot.limit() - job.produced - 1)
+        if n_max > 0:
+            requests.append(DraftRequest(slot.seq, slot.tokens, last, n_max))
+            asking.append(slot)
+    if requests:
+        for slot, request, guess in zip(asking, requests, drafter.draft(requests)):
+            slot.draft = list(guess[:request.n_max])
+
+
+def verify(slot: Slot, first: int, output: Callable[[Slot, int], int | None]) -> None:
+    """Sample the rows of the slot's next token and its guesses (from logits row `first` on) while the samples
+    equal the guesses; `output(slot, row)` samples one row and hands its token on. The caller cuts the cache
+    after `slot.tokens`, where the guesses not kept lie."""
+    job = slot.job
+    assert job is not None and slot.next is not None
+    draft, slot.draft = slot.draft, []
+    slot.consumed(1)
+    job.drafted += len(draft)
+    for i, guess in enumerate(draft):
+        token = output(slot, first + i)
+        if token != guess:
+            break
+        job.accepted += 1
+        if slot.job is not job:  # it ended on this token (EOS, a stop, max_tokens)
+            break
+        slot.tokens.append(guess)
+        slot.next = None
+    else:
+        output(slot, first + len(draft))
 
 
 class NgramDrafter:

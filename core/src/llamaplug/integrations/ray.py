@@ -63,13 +63,13 @@ class LlamaAppFactory:
     options: dict[str, Any] = dataclasses.field(default_factory=dict)  # create_app's other keywords
 
     def __call__(self, n_threads: int) -> ASGIApp:
-        from ..high.llama import Llama
         from ..server.app import create_app
+        from ..server.registry import load_warm
 
         params = self.params
         if "n_threads" not in params.model_fields_set:
             params = params.model_copy(update={"n_threads": n_threads})
-        return create_app(Llama.load(params), model_id=self.model_id, api_key=self.api_key, pooling=self.pooling,
+        return create_app(load_warm(params), model_id=self.model_id, api_key=self.api_key, pooling=self.pooling,
                           **self.options)
 
 
@@ -163,10 +163,10 @@ async def _rest(stream: Any, first: bytes) -> AsyncIterator[bytes]:
         async for chunk in stream:
             yield chunk
     except _LOST as exc:
-        from ..server.errors import in_stream
+        from ..server.dialects import OPENAI
 
         lost = ClosedError(f"the replica serving this stream was lost: {type(exc).__name__}")
-        yield f"data: {in_stream(lost)}\n\ndata: [DONE]\n\n".encode()
+        yield f"{OPENAI.stream_error(lost)}data: [DONE]\n\n".encode()
     finally:
         stream.cancel()  # the client left (or the stream ended): the replica's task ends, its slot is free
 
@@ -182,9 +182,10 @@ def _relay(head: Head, response: Response) -> Response:
 
 
 def _error(status: int, message: str, code: str) -> Response:
-    from ..server.errors import ApiError, response
+    from ..server.dialects import OPENAI
+    from ..server.errors import ApiError
 
-    return response(ApiError(status, message, "server_error", code=code))
+    return OPENAI.response(ApiError(status, message, "server_error", code=code))
 
 
 def _factory(source: LlamaParams | str | os.PathLike[str] | AppFactory, model_id: str | None, api_key: str | None,

@@ -1,12 +1,12 @@
 """The OpenAI-compatible HTTP API over one Llama or several: every client's requests share an engine's batches.
 
-Errors are OpenAI's shape ({"error": {"message", "type", "param", "code"}}): bad
-requests 400 (the field named in `param`), a missing or wrong key 401, an unknown
-model 404, a closed server or a full queue 503 (with Retry-After). A client that goes away mid-request (streamed or
-not) cancels its request: its slot is free at the engine's next step.
+Errors are in each API family's own shape (dialects.py; OpenAI's {"error": {"message", "type", "param",
+"code"}} here): bad requests 400 (the field named in `param`), a missing or wrong key 401, an unknown
+model 404, a failed decode or backend 500, a closed server or a full queue 503 (with Retry-After). A client
+that goes away mid-request (streamed or not) cancels its request: its slot is free at the engine's next step.
 
-The app is put together here: the guard middleware (API key, request counters), the
-one error handler (errors.py), and one router per resource (routes/), each route
+The app is put together here: the guard middleware (API key, request counters),
+the error dialect of each API family (dialects.py), and one router per resource (routes/), each route
 finding its model through one dependency (deps.py) over app.state.models, the
 registry that loads and unloads models (registry.py).
 """
@@ -24,7 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..high.chat import ChatSettings
 from ..high.llama import Llama
-from . import errors, request_body
+from . import dialects, request_body
+from .errors import ApiError
 from .metrics import Metrics
 from .registry import ModelRegistry, Served
 from .routes import ROUTERS
@@ -76,9 +77,9 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.state.n_predict = n_predict
     app.state.slot_save_path = slot_save_path
     app.add_middleware(_Guard, api_key=api_key, metrics=metrics, max_body=max_body)
-    errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    dialects.install(app, ROUTERS)
 
     return app
 
@@ -116,9 +117,10 @@ class _Guard:
                     or secrets.compare_digest(headers.get("x-api-key", "").encode(), api_key.encode())):
                 # (Anthropic's clients send the key as x-api-key, not as a bearer token)
                 metrics.http_errors += 1
-                await errors.response(errors.ApiError(
+                dialect = scope["app"].state.dialects(path)
+                await dialect.response(ApiError(
                     401, "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)",
-                    "authentication_error", code="invalid_api_key"), path)(scope, receive, send)
+                    "authentication_error", code="invalid_api_key"))(scope, receive, send)
                 return
 
         async def counted(message: Message) -> None:
@@ -130,8 +132,8 @@ class _Guard:
             _json_body(scope, headers)
             try:
                 body = await self._body(headers, receive)
-            except errors.ApiError as exc:
-                await errors.response(exc, path)(scope, receive, counted)
+            except ApiError as exc:
+                await scope["app"].state.dialects(path).response(exc)(scope, receive, counted)
                 return
             if body is None:  # the client went away before its body was whole
                 return
@@ -139,7 +141,7 @@ class _Guard:
         await self.app(scope, receive, counted)
 
     async def _body(self, headers: Headers, receive: Receive) -> bytes | None:
-        too_large = errors.ApiError(413, f"the request body is over {self.max_body} bytes (llamaplug serve "
+        too_large = ApiError(413, f"the request body is over {self.max_body} bytes (llamaplug serve "
                                          "--max-body-mib)", param="body", code="request_too_large",
                                     headers={"Connection": "close"})  # the rest of the body is not read
         length = headers.get("content-length", "")

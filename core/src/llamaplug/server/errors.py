@@ -1,48 +1,34 @@
-"""The API's errors: one shape ({"error": {"message", "type", "param", "code"}}, as OpenAI's) and one mapping to it.
+"""The API's errors: what a request failed with, as an HTTP status and the fields every error body words.
 
 A route raises what it has: an `ApiError` for a fault the server itself finds (an
 empty input, an unknown model), or the library's own `LlamaError`; FastAPI raises
 `RequestValidationError` for a body that does not fit the schema and `HTTPException`
-for an unknown path or method. `install` makes `handle` the handler of all four, and
-`as_api_error` is the one place that gives each its status and shape.
-
-llama-server's own routes (/completion, /tokenize, /slots, ...: `NATIVE_PATHS`) answer
-in llama-server's shape instead, {"error": {"code": status, "message", "type"}}, so
-scripts written for it read our errors as they read its own.
+for an unknown path or method. `as_api_error` is the one place that gives each its
+status: a `LlamaError` by its class (`STATUS_BY_CLASS`: the client's fault, 400,
+unless listed). How each API family words an error is its dialect's (dialects.py).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from ..errors import ClosedError, LlamaError
+from ..errors import BackendError, ClosedError, DecodeError, LlamaError, ModelNotFoundError
 from .schemas import ErrorBody
 
 # For a route's `responses=`: the statuses its errors may have, in the OpenAPI document.
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 404, 503)}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 404, 500, 503)}
 
-# LlamaError subclasses that are not the client's fault: (status, type, code). Any other is a 400 naming its field.
-_NOT_THE_CLIENTS: dict[type[LlamaError], tuple[int, str, str]] = {
-    ClosedError: (503, "server_error", "closed"),
+# The LlamaErrors that are not the client's fault, by class (the nearest in an error's MRO): (status, OpenAI's
+# error "type", code). Any other LlamaError is a bad request: 400, naming its field.
+STATUS_BY_CLASS: dict[type[LlamaError], tuple[int, str, str]] = {
+    ClosedError: (503, "server_error", "closed"),  # closed or shutting down: another replica or a retry may serve
+    ModelNotFoundError: (404, "invalid_request_error", "model_not_found"),
+    DecodeError: (500, "server_error", "decode_failed"),
+    BackendError: (500, "server_error", "backend_failed"),
 }
-
-
-# Paths (and their prefixes) of llama-server's own API, whose errors take its shape (see `response`).
-NATIVE_PATHS = ("/completion", "/infill", "/tokenize", "/detokenize", "/apply-template", "/props", "/slots",
-                "/rerank", "/reranking", "/v1/rerank", "/v1/reranking", "/embedding")
-
-# Ollama's API: its errors are {"error": "message"}.
-OLLAMA_PREFIX = "/api/"
-
-# llama-server's error "type" for each status (server-common.cpp's error types).
-_NATIVE_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                 404: "not_found_error", 501: "not_supported_error", 503: "unavailable_error"}
 
 
 class ApiError(Exception):
@@ -67,8 +53,8 @@ def as_api_error(exc: Exception) -> ApiError:
         return exc
     if isinstance(exc, LlamaError):
         for kind in type(exc).__mro__:
-            if kind in _NOT_THE_CLIENTS:
-                status, error_type, code = _NOT_THE_CLIENTS[kind]
+            if kind in STATUS_BY_CLASS:
+                status, error_type, code = STATUS_BY_CLASS[kind]
                 return ApiError(status, str(exc), error_type, code=code)
         return ApiError(400, str(exc), param=getattr(exc, "field", None), code=type(exc).__name__)
     if isinstance(exc, RequestValidationError):
@@ -79,39 +65,4 @@ def as_api_error(exc: Exception) -> ApiError:
         return ApiError(400, f"{where or 'body'}: {first.get('msg', 'invalid')}", param=where)
     if isinstance(exc, HTTPException):
         return ApiError(exc.status_code, str(exc.detail))
-    raise TypeError(f"no API error for {type(exc).__name__}")  # install() registers `handle` for the kinds above only
-
-
-def response(exc: ApiError, path: str = "") -> JSONResponse:
-    """`exc` as the body of the API that `path` is part of: llama-server's shape on NATIVE_PATHS, Ollama's under
-    /api/, else OpenAI's."""
-    body: dict[str, Any]
-    if path.startswith(OLLAMA_PREFIX):  # Ollama's shape (routes/ollama*.py answer their own errors so)
-        body = {"error": str(exc)}
-    elif is_native(path):
-        body = {"error": {"code": exc.status, "message": str(exc),
-                          "type": _NATIVE_TYPES.get(exc.status, "server_error"), **exc.native}}
-    else:
-        body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.code}}
-    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
-
-
-def is_native(path: str) -> bool:
-    """Whether `path` is one of llama-server's own routes (NATIVE_PATHS)."""
-    return any(path == p or path.startswith(p + "/") or (p == "/embedding" and path == "/embeddings")
-               or (p == "/completion" and path == "/completions") for p in NATIVE_PATHS)
-
-
-async def handle(request: Request, exc: Exception) -> JSONResponse:
-    return response(as_api_error(exc), request.url.path)
-
-
-def install(app: FastAPI) -> None:
-    """Make `handle` the app's handler of every error a request can end with."""
-    for kind in (ApiError, LlamaError, RequestValidationError, HTTPException):
-        app.add_exception_handler(kind, handle)
-
-
-def in_stream(exc: LlamaError) -> str:
-    """An error once a stream's status line is sent: it goes in the stream, as one event's JSON."""
-    return json.dumps({"error": {"message": str(exc), "type": "server_error", "code": type(exc).__name__}})
+    raise TypeError(f"no API error for {type(exc).__name__}")  # dialects.install handles the kinds above only

@@ -84,9 +84,18 @@ def _spec(path: Path, ident: str, aliases: tuple[str, ...], base: dict[str, Any]
         fields["mmproj_path"] = own["mmproj"]
     try:
         params = LlamaParams(model_path=path, **fields)
+        if not params.n_outputs_max:
+            params = params.replace(n_outputs_max=reserved_outputs(params))
     except ValueError as exc:  # pydantic's: a value out of range
         raise InvalidParameterError(f"{where}: {exc}", field=ident) from None
     return ModelSpec(ident, params, aliases, own.get("pooling"), own.get("chat_template"))
+
+
+def reserved_outputs(params: LlamaParams) -> int:
+    """Rows of logits a served model's batches need, as llama-server reserves them: one per slot and per token a
+    drafter may guess (llama.cpp's default, n_batch rows, costs a compute buffer n_batch / n_seq_max times larger)."""
+    drafted = params.draft_max if params.speculative is not None or params.draft_model_path is not None else 0
+    return max(params.n_seq_max, min(params.n_batch, params.n_seq_max * (1 + drafted)))
 
 
 def _read_config(path: Path) -> dict[str, dict[str, Any]]:

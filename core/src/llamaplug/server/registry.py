@@ -37,6 +37,7 @@ from ..high.async_llama import AsyncLlama
 from ..high.chat import ChatSettings
 from ..high.engine import Engine
 from ..high.llama import Llama
+from ..high.requests import chat_job
 from ..params import LlamaParams
 from . import durations
 from .errors import ApiError
@@ -125,12 +126,31 @@ class _Entry:
         return max(0, self.users - self.served.llama.engine.n_slots)
 
 
+def load_warm(params: LlamaParams) -> Llama:
+    """Llama.load, then what a fresh model's first requests would pay, paid before it is ready: its warm-up
+    decode, and its chat template compiled (jinja2 imported and the template cached, by one chat prompt built)."""
+    llama = Llama.load(params)
+    try:
+        llama.warm_up()
+    except BaseException:
+        llama.close()
+        raise
+    try:
+        job, _ = chat_job(llama, [{"role": "user", "content": "hi"}], max_tokens=1)
+    except LlamaError:  # a template that does not render fails the chat requests themselves, with their error
+        log.debug("no chat prompt to warm up with", exc_info=True)
+    else:
+        if job.own_sampler:
+            job.sampler.close()
+    return llama
+
+
 class ModelRegistry:
     """The served models, the first being the one a request without `model` gets."""
 
     def __init__(self, models: list[Served] | None = None, specs: list[ModelSpec] | None = None, *,
                  max_loaded: int | None = None, keep_alive: float | None = None, sleep_idle: float | None = None,
-                 max_queue: int = DEFAULT_MAX_QUEUE, loader: Callable[[LlamaParams], Llama] = Llama.load,
+                 max_queue: int = DEFAULT_MAX_QUEUE, loader: Callable[[LlamaParams], Llama] | None = None,
                  chat: ChatSettings | None = None):
         if max_loaded is not None and max_loaded < 1:
             raise InvalidParameterError(f"max_loaded (--max-loaded) must be at least 1, not {max_loaded}",
@@ -154,7 +174,7 @@ class ModelRegistry:
         if specs and (len(self._entries) > 1 or keep_alive is not None or sleep_idle is not None):
             _map_big_buffers()  # models will come and go
         self.max_queue = max_queue
-        self._loader = loader
+        self._loader = loader or load_warm
         self._room: asyncio.Lock | None = None  # one eviction decision at a time (made on first use: needs a loop)
         self._waiting = 0  # requests waiting for a load or an unload
         self._unload_hooks: list[Callable[[str, Engine], None]] = []

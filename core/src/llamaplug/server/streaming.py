@@ -10,7 +10,8 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from ..errors import LlamaError
-from .errors import ApiError, in_stream
+from .dialects import OPENAI, named_event
+from .errors import ApiError
 
 T = TypeVar("T")
 
@@ -25,30 +26,27 @@ async def _events(payloads: AsyncIterator[str]) -> AsyncIterator[str]:
         async for payload in payloads:
             yield f"data: {payload}\n\n"
     except LlamaError as exc:  # the status line is sent: the error goes in the stream
-        yield f"data: {in_stream(exc)}\n\n"
+        yield OPENAI.stream_error(exc)
     yield "data: [DONE]\n\n"
 
 
-def named_sse(events: AsyncIterator[tuple[str, str]], error: Callable[[LlamaError], tuple[str, str]]
-              ) -> StreamingResponse:
+def named_sse(events: AsyncIterator[tuple[str, str]], error: Callable[[LlamaError], str]) -> StreamingResponse:
     """Each (name, JSON payload) as one named event (`event: NAME`), as Anthropic's and the Responses API's streams.
 
-    No [DONE]: those streams end with an event of their own. A LlamaError met on the
-    way is the last event, `error(exc)`. A client that goes away cancels the generator,
+    No [DONE]: those streams end with an event of their own. A LlamaError met on the way is the last
+    event, `error(exc)` (the dialect's, framing included). A client that goes away cancels the generator,
     and with it the job (its slot is free at the engine's next step), as for `sse`.
     """
     return StreamingResponse(_named(events, error), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache"})
 
 
-async def _named(events: AsyncIterator[tuple[str, str]], error: Callable[[LlamaError], tuple[str, str]]
-                 ) -> AsyncIterator[str]:
+async def _named(events: AsyncIterator[tuple[str, str]], error: Callable[[LlamaError], str]) -> AsyncIterator[str]:
     try:
         async for name, payload in events:
-            yield f"event: {name}\ndata: {payload}\n\n"
+            yield named_event(name, payload)
     except LlamaError as exc:
-        name, payload = error(exc)
-        yield f"event: {name}\ndata: {payload}\n\n"
+        yield error(exc)
 
 
 async def off_loop(work: Callable[[], T]) -> T:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import PlainTextResponse
 
-router = APIRouter()
+from ..dialects import OPENAI
+
+router = OPENAI.router()
 
 
 @router.get("/health")

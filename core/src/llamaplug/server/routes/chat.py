@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 
 from ...high.chat import ChatCompletion, ChatPlan, ChatStream, as_chat
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
 from ..deps import served_model, token_limit
+from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES
 from ..registry import Served
 from ..schemas import ChatRequest
 from ..streaming import off_loop, sse, unless_gone
 
-router = APIRouter()
+router = OPENAI.router()
 
 
 @router.post("/v1/chat/completions", response_model=ChatCompletion, responses=ERROR_RESPONSES)

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 
 from ...high.chat import Usage
 from ...high.completion import Completion, CompletionChunk, StopReason
@@ -15,12 +15,13 @@ from ...high.engine import Job
 from ...high.events import agather, astream
 from ...high.requests import collect_many, completion_jobs
 from ..deps import served_model, token_limit
+from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES, ApiError
 from ..registry import Served
 from ..schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, TextCompletion
 from ..streaming import off_loop, sse, unless_gone
 
-router = APIRouter()
+router = OPENAI.router()
 
 
 @router.post("/v1/completions", response_model=TextCompletion, responses=ERROR_RESPONSES)

@@ -10,16 +10,18 @@ from __future__ import annotations
 import base64
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 
 from ..deps import served_model
+from ..dialects import NATIVE, OPENAI
 from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import NativeEmbeddingRequest
 from ..registry import Served
 from ..schemas import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 from ..streaming import off_loop
 
-router = APIRouter()
+router = OPENAI.router()
+native_router = NATIVE.router()  # llama-server's own spellings: its error shape
 
 
 @router.post("/v1/embeddings", response_model=EmbeddingList, responses=ERROR_RESPONSES)
@@ -41,7 +43,7 @@ def _encode(vector: Any, encoding: str) -> list[float] | str:
     return vector.astype(float).tolist()
 
 
-@router.post("/embeddings", responses=ERROR_RESPONSES)
+@native_router.post("/embeddings", responses=ERROR_RESPONSES)
 async def native_embeddings(body: NativeEmbeddingRequest,
                             served: Annotated[Served, Depends(served_model(NativeEmbeddingRequest))]) -> Any:
     given = body.content if body.content is not None else body.input
@@ -53,5 +55,5 @@ async def native_embeddings(body: NativeEmbeddingRequest,
             for i, v in enumerate(vectors)]
 
 
-router.add_api_route("/embedding", native_embeddings, methods=["POST"], responses=ERROR_RESPONSES,
+native_router.add_api_route("/embedding", native_embeddings, methods=["POST"], responses=ERROR_RESPONSES,
                      include_in_schema=False)

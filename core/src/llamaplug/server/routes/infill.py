@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 
 from ...high.infill import infill_tokens
 from ..deps import served_model
+from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import InfillRequest
 from ..registry import Served
 from ..streaming import off_loop
 from .native import run
 
-router = APIRouter()
+router = NATIVE.router()
 
 
 @router.post("/infill", responses=ERROR_RESPONSES)

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 
 from ..deps import models as served_models
+from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES
 from ..registry import ModelRegistry
 from ..schemas import ModelAction, ModelCard
 from .models import card
 
-router = APIRouter()
+router = OPENAI.router()
 
 
 @router.post("/models/load", responses=ERROR_RESPONSES)

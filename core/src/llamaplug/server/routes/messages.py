@@ -7,20 +7,18 @@ text on both APIs. The reply goes back as Anthropic's message, or its named even
 (message_start, content_block_start/delta/stop, message_delta, message_stop).
 
 Errors are Anthropic's shape ({"type": "error", "error": {"type", "message"}}), with
-Anthropic's types for the statuses `as_api_error` gives (route_errors.py).
+Anthropic's types for the statuses `as_api_error` gives (dialects.py's ANTHROPIC).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import Depends, Request
 
-from ...errors import LlamaError
 from ...high.chat import ChatPlan, ChatStream, as_chat
 from ...high.completion import CompletionChunk, CompletionTimings, StopReason
 from ...high.engine import Job
@@ -28,7 +26,6 @@ from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
 from ..anthropic_schemas import (
     ErrorBody,
-    ErrorDetail,
     ImageBlock,
     MessageResponse,
     MessagesRequest,
@@ -41,34 +38,17 @@ from ..anthropic_schemas import (
     ToolUseOut,
 )
 from ..deps import served_model
-from ..errors import ApiError, as_api_error
+from ..dialects import ANTHROPIC
+from ..errors import ApiError
 from ..registry import Served
-from ..route_errors import TranslatedRoute
 from ..schemas import ChatRequest
 from ..streaming import named_sse, off_loop, unless_gone
 
-# Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors).
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error"}
-
-
-def error_body(exc: ApiError) -> ErrorBody:
-    kind = _ERROR_TYPES.get(exc.status, "api_error" if exc.status >= 500 else "invalid_request_error")
-    return ErrorBody(error=ErrorDetail(type=kind, message=str(exc)))
-
-
-class AnthropicRoute(TranslatedRoute):
-    """A route whose errors, a body that does not fit included, are Anthropic's shape."""
-
-    def shape(self, error: ApiError) -> Response:
-        return JSONResponse(error_body(error).model_dump(), status_code=error.status)
-
-
-router = APIRouter(route_class=AnthropicRoute)
+router = ANTHROPIC.router()
 
 
 @router.post("/v1/messages", response_model=MessageResponse,
-             responses={code: {"model": ErrorBody} for code in (400, 401, 404, 503)})
+             responses={code: {"model": ErrorBody} for code in (400, 401, 404, 500, 503)})
 async def messages(body: MessagesRequest, request: Request,
                    served: Annotated[Served, Depends(served_model(MessagesRequest))]) -> Any:
     llama = served.llama
@@ -83,11 +63,10 @@ async def messages(body: MessagesRequest, request: Request,
     job, plan = await off_loop(build)
     ident = f"msg_{uuid.uuid4().hex[:24]}"
     if body.stream:
-        return named_sse(_events(served, job, plan, ident), _stream_error)
+        return named_sse(_events(served, job, plan, ident), ANTHROPIC.stream_error)
     done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
     chat_reply = as_chat(done, served.id, plan).choices[0]
-    reason, sequence = _stop(chat_reply.finish_reason, done.stop_reason,
-                             lambda: _matched_stop(served, done.text, done.tokens, job.stops))
+    reason, sequence = _stop(chat_reply.finish_reason, done.stop_reason, done.stop_string)
     reply = chat_reply.message
     content: list[ThinkingOut | TextOut | ToolUseOut] = \
         [ThinkingOut(thinking=reply.reasoning_content)] if reply.reasoning_content else []
@@ -172,22 +151,15 @@ def _tool_input(arguments: str) -> dict[str, Any]:
     return given if isinstance(given, dict) else {"value": given}
 
 
-def _stop(finish: str | None, reason: StopReason | None, which: Callable[[], str | None]) -> tuple[str, str | None]:
+def _stop(finish: str | None, reason: StopReason | None, matched: str | None) -> tuple[str, str | None]:
     """Anthropic's stop_reason and stop_sequence for a chat reply's finish_reason (the engine's `reason`)."""
     if finish == "tool_calls":
         return "tool_use", None
     if finish == "length":
         return "max_tokens", None
     if reason == StopReason.STOP_SEQUENCE:
-        return "stop_sequence", which()
+        return "stop_sequence", matched
     return "end_turn", None
-
-
-def _matched_stop(served: Served, text: str, tokens: list[int], stops: list[str]) -> str | None:
-    """The stop sequence that ended a reply: the one found first in its tokens' text (as the engine cuts)."""
-    whole = served.llama.model.detokenize(tokens) if tokens else text
-    found = [(at, s) for s in stops if s and (at := whole.find(s, max(0, len(text) - len(s)))) >= 0]
-    return min(found)[1] if found else None
 
 
 def _usage(timings: CompletionTimings, n_out: int) -> MessageUsage:
@@ -249,12 +221,10 @@ async def _events(served: Served, job: Job, plan: ChatPlan, ident: str) -> Async
     yield _event({"type": "ping"})
     stream = ChatStream(served.id, plan)
     blocks = _Blocks()
-    texts: list[str] = []
     tokens: list[int] = []
     last: CompletionChunk | None = None
     finish: str | None = None
     async for piece in achunks(served.llama.engine, job):
-        texts.append(piece.text)
         tokens += piece.tokens
         last = piece
         for out in stream.feed(piece):
@@ -264,12 +234,7 @@ async def _events(served: Served, job: Job, plan: ChatPlan, ident: str) -> Async
     for event in blocks.close():
         yield event
     assert last is not None and last.timings is not None  # achunks ends with the final chunk
-    text = "".join(texts)
-    reason, sequence = _stop(finish, last.stop_reason, lambda: _matched_stop(served, text, tokens, job.stops))
+    reason, sequence = _stop(finish, last.stop_reason, last.stop_string)
     yield _event({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
                   "usage": _usage(last.timings, len(tokens)).model_dump()})
     yield _event({"type": "message_stop"})
-
-
-def _stream_error(exc: LlamaError) -> tuple[str, str]:
-    return "error", error_body(as_api_error(exc)).model_dump_json()

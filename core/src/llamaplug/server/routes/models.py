@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 
 from ..deps import models as served_models
+from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES
 from ..registry import ModelRegistry
 from ..schemas import ModelCard, ModelList, ModelStatus
 
-router = APIRouter()
+router = OPENAI.router()
 
 
 @router.get("/v1/models", responses=ERROR_RESPONSES)

@@ -15,7 +15,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ...errors import LlamaError
@@ -25,12 +25,13 @@ from ...high.events import agather, astream
 from ...high.requests import collect_many, completion_jobs
 from ...params import SamplerParams
 from ..deps import served_model
-from ..errors import ERROR_RESPONSES, ApiError, as_api_error
+from ..dialects import NATIVE
+from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import NativeCompletionRequest
 from ..registry import Served
 from ..streaming import off_loop, unless_gone
 
-router = APIRouter()
+router = NATIVE.router()
 
 _STOP_TYPES = {StopReason.EOS: "eos", StopReason.MAX_TOKENS: "limit", StopReason.CONTEXT_FULL: "limit",
                StopReason.STOP_SEQUENCE: "word", StopReason.CANCELLED: "none"}
@@ -62,7 +63,7 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
         return StreamingResponse(_events(served, jobs, texts, settings), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
-    results = [result(served, i, c, texts[i], settings, body.stop or [], body.return_tokens)
+    results = [result(served, i, c, texts[i], settings, body.return_tokens)
                for i, c in enumerate(done)]
     return results[0] if len(results) == 1 else results
 
@@ -102,10 +103,10 @@ def prompt_tokens(served: Served, prompt: str | list[int | str]) -> list[int]:
 
 
 def result(served: Served, index: int, done: Completion, prompt: str, settings: dict[str, Any],
-           stops: list[str], return_tokens: bool) -> dict[str, Any]:
+           return_tokens: bool) -> dict[str, Any]:
     """llama-server's final result of one prompt."""
     reason = done.stop_reason
-    word = _stopping_word(served, done, stops) if reason is StopReason.STOP_SEQUENCE else ""
+    word = done.stop_string or ""  # set when reason is STOP_SEQUENCE
     return {"index": index, "content": done.text, "tokens": done.tokens if return_tokens else [], "id_slot": -1,
             "stop": True, "model": served.id, "tokens_predicted": len(done.tokens),
             "tokens_evaluated": len(done.prompt_tokens), "generation_settings": settings, "prompt": prompt,
@@ -122,14 +123,6 @@ def timings(t: CompletionTimings) -> dict[str, float]:
             "prompt_per_second": t.prompt_per_second, "predicted_n": t.predicted_tokens,
             "predicted_ms": t.predicted_ms, "predicted_per_token_ms": t.predicted_ms / max(1, t.predicted_tokens),
             "predicted_per_second": t.predicted_per_second}
-
-
-def _stopping_word(served: Served, done: Completion, stops: list[str]) -> str:
-    """The stop string that ended `done` (the first to appear after its text in what the tokens spell)."""
-    spelled = served.llama.detokenize(done.tokens)
-    at = {s: spelled.find(s, max(0, len(done.text) - len(s))) for s in stops if s}
-    found = [(i, s) for s, i in at.items() if i >= 0]
-    return min(found)[1] if found else ""
 
 
 def _settings(sampling: SamplerParams, n_predict: int, body: NativeCompletionRequest) -> dict[str, Any]:
@@ -157,11 +150,10 @@ async def _events(served: Served, jobs: list[Job], texts: list[str], settings: d
                                   "tokens_evaluated": len(jobs[i].prompt)})
                 continue
             done = collect_many([(0, c) for c in pieces[i]], [jobs[i]])[0]
-            final = result(served, i, done, texts[i], {**settings, "stream": True}, settings["stop"], False)
+            final = result(served, i, done, texts[i], {**settings, "stream": True}, False)
             yield _event({**final, "content": chunk.text})
     except LlamaError as exc:  # the status line is sent: the error is the last event
-        error = as_api_error(exc)
-        yield _event({"error": {"code": error.status, "message": str(error), "type": "server_error"}})
+        yield NATIVE.stream_error(exc)
 
 
 def _event(payload: dict[str, Any]) -> str:

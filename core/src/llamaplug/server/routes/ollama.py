@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ...high.chat import ChatPlan, ChatStream, as_chat
@@ -31,6 +31,7 @@ from ...high.events import achunks, agather_chunks
 from ...high.infill import infill_tokens
 from ...high.requests import chat_job, collect, completion_job
 from ..deps import models, token_limit
+from ..dialects import OLLAMA
 from ..errors import ApiError
 from ..ollama_schemas import (
     ChatRequest,
@@ -43,9 +44,9 @@ from ..ollama_schemas import (
 )
 from ..registry import ModelRegistry, Served, parse_keep_alive
 from ..streaming import off_loop, unless_gone
-from .ollama_models import ERRORS, OllamaRoute, ndjson, now, resolve
+from .ollama_models import ERRORS, ndjson, now, resolve
 
-router = APIRouter(route_class=OllamaRoute)
+router = OLLAMA.router()
 
 
 @dataclasses.dataclass

@@ -22,18 +22,18 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi import Depends, Request
+from fastapi.responses import Response, StreamingResponse
 
 from ... import __version__
 from ...errors import LlamaError
 from ...high import hub
 from ...high.model_card import ModelCard, card
 from ..deps import models as served_models
+from ..dialects import OLLAMA
 from ..errors import ApiError, as_api_error
 from ..ollama_schemas import CopyRequest, ModelName, PullRequest
 from ..registry import ModelRegistry, ModelSpec
-from ..route_errors import TranslatedRoute
 
 # The Ollama release whose API this mirrors (its api/types.go and docs/api.md): what /api/version says, since
 # clients compare it with the Ollama versions that added what they use.
@@ -41,15 +41,11 @@ OLLAMA_API_VERSION = "0.13.0"
 _NEVER = "9999-12-31T23:59:59Z"  # /api/ps's expires_at of a model no timer unloads
 
 
-class OllamaRoute(TranslatedRoute):
-    """A route whose errors, a body that does not fit included, are Ollama's {"error": "..."}."""
-
-    def shape(self, error: ApiError) -> Response:
-        return JSONResponse({"error": str(error)}, status_code=error.status, headers=error.headers)
+OllamaRoute = OLLAMA.route_class  # a route whose errors, a body that does not fit included, are Ollama's
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"description": '{"error": "..."}'} for code in (400, 401, 404, 503)}
-router = APIRouter(route_class=OllamaRoute)
+router = OLLAMA.router()
 
 
 def resolve(registry: ModelRegistry, name: str) -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
+from ..dialects import OPENAI
 from ..errors import ApiError
 
-router = APIRouter()
+router = OPENAI.router()
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",

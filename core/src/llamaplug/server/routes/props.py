@@ -18,16 +18,17 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import Body, Depends, Query, Request
 
 from ...high import saved_state
 from ...high.chat_template import ChatTemplate
 from ..deps import queried_model
+from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import SlotFile
 from ..registry import Served
 
-router = APIRouter()
+router = NATIVE.router()
 
 
 @router.get("/props", responses=ERROR_RESPONSES)

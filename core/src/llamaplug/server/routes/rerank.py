@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 
 from ...high.embeddings import rerank_tokens
 from ..deps import served_model
+from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import RerankRequest
 from ..registry import Served
 
-router = APIRouter()
+router = NATIVE.router()
 
 
 @router.post("/v1/rerank", responses=ERROR_RESPONSES)

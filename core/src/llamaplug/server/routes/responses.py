@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 
 from ...errors import LlamaError
 from ...high.chat import ChatPlan, ChatStream, as_chat
@@ -26,7 +26,8 @@ from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
 from ...high.tool_calls import ToolCall
 from ..deps import served_model, token_limit
-from ..errors import ERROR_RESPONSES, ApiError, as_api_error
+from ..dialects import RESPONSES, named_event
+from ..errors import ERROR_RESPONSES, ApiError
 from ..registry import Served
 from ..responses_schemas import (
     FunctionCallItem,
@@ -43,11 +44,10 @@ from ..responses_schemas import (
     ResponsesRequest,
     ResponseUsage,
 )
-from ..route_errors import TranslatedRoute
 from ..schemas import ChatRequest
 from ..streaming import named_sse, off_loop, unless_gone
 
-router = APIRouter(route_class=TranslatedRoute)
+router = RESPONSES.router()
 
 
 @router.post("/v1/responses", response_model=ResponseObject, responses=ERROR_RESPONSES)
@@ -178,9 +178,11 @@ class _Reply:
         self.sequence += 1
         return kind, json.dumps(payload, ensure_ascii=False)
 
-    def error(self, exc: LlamaError) -> tuple[str, str]:
-        error = as_api_error(exc)
-        return self.event("error", code=error.code, message=str(error), param=error.param)
+    def error(self, exc: LlamaError) -> str:
+        """The stream's error event (RESPONSES'), numbered after the others."""
+        fields = RESPONSES.error_event(exc)
+        del fields["type"]
+        return named_event(*self.event("error", **fields))
 
 
 class _Items:

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 
 from ...high.chat import ChatSpec, plan_chat
 from ..deps import served_model
+from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES
 from ..native_schemas import ApplyTemplateRequest
 from ..registry import Served
 from ..streaming import off_loop
 
-router = APIRouter()
+router = NATIVE.router()
 
 
 @router.post("/apply-template", responses=ERROR_RESPONSES)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 
 from ..deps import served_model
+from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES
 from ..native_schemas import DetokenizeRequest, TokenizeRequest
 from ..registry import Served
 from ..streaming import off_loop
 
-router = APIRouter()
+router = NATIVE.router()
 
 
 @router.post("/tokenize", responses=ERROR_RESPONSES)

@@ -1,0 +1,197 @@
+"""A slot: one KV-cache sequence of the engine's context, and the request running on it.
+
+A slot owns its sequence's bookkeeping from the request's start to its end:
+
+- `place`: a new job takes the slot. The tokens the slot already holds that start the
+  prompt stay in the cache (prefix reuse); when the host prefix store holds a longer
+  match, the slot's own sequence is stashed there and the stored one restored.
+- `consumed`: the engine decoded the slot's tokens of this step's batch.
+- `advance`: the slot samples its next token from a row of the step's logits and
+  applies the stop rules (`on_token`); the `Output` says what the engine hands on.
+- `release`: the request is over; the tokens stay, for the next prompt to reuse.
+
+The engine (engine.py) owns the loop and the context's epoch; it calls these with its
+own edits of the context marked as its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import NamedTuple
+
+from ..blocks.context import LlamaContext
+from ..errors import LlamaError
+from .completion import CompletionChunk, StopReason
+from .job import Job
+from .logprobs import LogprobReader
+from .prefix_store import PrefixStore, common_prefix
+
+log = logging.getLogger("llamaplug.engine")
+
+_MIN_STASH = 8  # fewer tokens about to be cut are not worth a copy of the sequence
+
+
+class Output(NamedTuple):  # (a tuple: one is made per generated token)
+    """What one row of logits gave a slot: the token sampled (None: none), the chunk for the job's sink (None:
+    nothing to hand on), the reason the job ends with (None: it goes on), or the error that ends it."""
+
+    token: int | None = None
+    chunk: CompletionChunk | None = None
+    reason: StopReason | None = None
+    error: BaseException | None = None
+
+
+class Slot:
+    """Sequence `seq` of `context`: the tokens in its KV cache (positions 0..n-1) and the job running on it."""
+
+    def __init__(self, seq: int, context: LlamaContext, logprobs: LogprobReader, n_swa: int = 0):
+        self.seq = seq
+        self.tokens: list[int] = []
+        self.job: Job | None = None
+        self.todo: list[int] = []  # prompt tokens not decoded yet
+        self.next: int | None = None  # the sampled token to decode next
+        self.draft: list[int] = []  # guesses decoded after `next` this step (speculative.py)
+        self.used = 0.0
+        self._ctx = context
+        self._logprobs = logprobs
+        self._n_swa = n_swa  # a sliding window's size: a prefix is reusable while the window before its end is kept
+        self._n_ctx_seq = context.n_ctx_seq
+
+    # -- place ------------------------------------------------------------------
+    def place(self, job: Job, store: PrefixStore | None) -> int:
+        """Give the slot to `job`; the prompt tokens found in the cache (not decoded again)."""
+        # The last prompt token is decoded again for its logits; a prompt with media is evaluated whole.
+        keep = 0 if job.media is not None else min(common_prefix(self.tokens, job.prompt), len(job.prompt) - 1)
+        hit: tuple[tuple[int, ...], int] | None = None  # a stored sequence sharing more than the slot
+        if store is not None and job.media is None:
+            key, n = store.best(job.prompt)
+            n = min(n, len(job.prompt) - 1)
+            if n > keep:
+                hit = key, n
+        if store is not None:
+            self._stash(store, 0 if hit else keep)
+            if hit:
+                keep = self._restore(store, *hit)
+        ctx = self._ctx
+        # Always cut (not only past the known tokens): after a failed decode or state load the
+        # cache may hold cells this bookkeeping does not know of.
+        if not ctx.kv_cache_seq_rm(self.seq, keep, -1) or not self._window_kept(keep):
+            keep = 0  # a recurrent model cannot cut its state, a sliding window lost cells: start over
+            ctx.kv_cache_seq_rm(self.seq, 0, -1)
+        del self.tokens[keep:]
+        self.job, self.todo, self.next = job, job.prompt[keep:] if job.media is None else [], None
+        job.cached = keep
+        return keep
+
+    def _window_kept(self, keep: int) -> bool:
+        if not self._n_swa or keep == 0:
+            return True
+        # -1: the cut took every cell the window layers still had
+        return 0 <= self._ctx.kv_cache_seq_pos_min(self.seq) <= max(0, keep - self._n_swa)
+
+    def _stash(self, store: PrefixStore, keep: int) -> None:
+        """Keep the sequence in the store when a new request is about to cut most of it away."""
+        tokens = self.tokens
+        if len(tokens) - keep < _MIN_STASH or min(tokens) < 0 or store.covers(tokens):
+            return  # (negative: media positions, which no text prompt can match)
+        try:
+            store.put(tokens, self._ctx.state_seq_get(self.seq))
+        except LlamaError:
+            log.debug("could not keep sequence %d", self.seq, exc_info=True)
+
+    def _restore(self, store: PrefixStore, key: tuple[int, ...], n: int) -> int:
+        """Load a stored sequence into the slot; the `n` prompt tokens it gives, 0 if it failed."""
+        try:
+            self._ctx.state_seq_set(store.get(key), self.seq)
+        except LlamaError:
+            log.debug("could not restore a stored sequence into slot %d", self.seq, exc_info=True)
+            self._ctx.kv_cache_seq_rm(self.seq, 0, -1)
+            self.tokens.clear()
+            return 0
+        self.tokens[:] = key
+        return n
+
+    # -- advance ----------------------------------------------------------------
+    @property
+    def generating(self) -> bool:
+        """A sampled token waits to be decoded (the prompt is read)."""
+        return self.job is not None and self.next is not None
+
+    def consumed(self, n: int) -> bool:
+        """The step decoded the slot's `n` tokens of its batch (its next token, or prompt tokens); whether the
+        prompt is now read (so the last of them gave logits to sample from)."""
+        if self.next is not None:
+            self.tokens.append(self.next)
+            self.next = None
+        else:
+            self.tokens.extend(self.todo[:n])
+            del self.todo[:n]
+        self.used = time.perf_counter()
+        return not self.todo
+
+    def media_read(self, n_pos: int) -> None:
+        """The job's media prompt was evaluated into the sequence: `n_pos` positions no text prompt can match."""
+        self.tokens = [-1] * n_pos
+        self.used = time.perf_counter()
+
+    def room(self) -> int:
+        """Positions the sequence has left."""
+        return self._n_ctx_seq - len(self.tokens)
+
+    def limit(self) -> int:
+        """The tokens the job may generate: its max_tokens, else what the sequence has room for."""
+        job = self.job
+        assert job is not None
+        return job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
+
+    def advance(self, idx: int) -> Output:
+        """Sample the next token from logits row `idx` and apply the stop rules to it."""
+        job = self.job
+        assert job is not None
+        if job.produced >= self.limit():  # max_tokens=0: the prompt is read, nothing generated
+            return Output(reason=StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL)
+        try:
+            token = job.sampler.sample(self._ctx, idx)
+            lp = [self._logprobs.read(token, job.n_logprobs, idx)] if job.n_logprobs is not None else None
+        except Exception as exc:  # noqa: BLE001 - a job's own sampler (a plugin's Python code too) fails that job only
+            return Output(error=exc)
+        if not job.first_token:
+            job.first_token = time.perf_counter()
+        text, reason = self.on_token(token)
+        if reason is StopReason.EOS:
+            return Output(token, reason=reason)
+        if reason is None:
+            self.next = token
+        return Output(token, CompletionChunk(text, [token], lp), reason)
+
+    def on_token(self, token: int) -> tuple[str, StopReason | None]:
+        """The stop rules, for a token just sampled: the text it makes safe to hand on, and the reason the job
+        ends with (None: it goes on). A stop string's match is kept on the job (`stop_string`)."""
+        job = self.job
+        assert job is not None
+        model = self._ctx.model
+        if model.token_is_eog(token):
+            return "", StopReason.EOS
+        job.produced += 1
+        assembler = job.text
+        text = assembler.feed(model.token_to_piece(token, token in job.render_special))
+        if assembler.stopped:
+            job.stop_string = assembler.matched
+            return text, StopReason.STOP_SEQUENCE
+        if job.produced >= self.limit():
+            return text, StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL
+        if len(self.tokens) >= self._n_ctx_seq:
+            return text, StopReason.CONTEXT_FULL
+        return text, None
+
+    # -- release ----------------------------------------------------------------
+    def release(self) -> Job | None:
+        """End the slot's request (its tokens stay for the next prompt to reuse); the job it ran."""
+        job = self.job
+        self.job, self.todo, self.next, self.draft = None, [], None, []
+        return job
+
+    def forget(self) -> None:
+        """What the cache holds for the slot is unknown (a failed decode, an outside edit): reuse nothing of it."""
+        self.tokens.clear()
