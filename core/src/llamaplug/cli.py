@@ -142,12 +142,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .server.app import create_app_for
+        from .server.cors import Cors
+        from .server.listen import serve_on
         from .server.model_specs import spec_for_file, specs_from_dir
         from .server.registry import ModelRegistry
     except ImportError as exc:
         raise InvalidParameterError(f'`llamaplug serve` needs the server extra: pip install "llamaplug[server]" '
                                     f"({exc.name} is missing)") from None
-    if args.api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+    from .serve_flags import settle
+
+    settle(args)  # LLAMA_ARG_* variables the command line did not override
+    if args.api_key is None and any(h.strip() not in ("127.0.0.1", "localhost", "::1") and not h.endswith(".sock")
+                                    for h in args.host.split(",")):
         print(f"warning: serving on {args.host}, not loopback, without --api-key: anyone who reaches it can use it",
               file=sys.stderr)
     # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
@@ -168,7 +174,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                     field="mmproj")
     specs = specs_from_dir(args.models_dir, base) if args.models_dir else []
     specs += [spec_for_file(f, base, aliases[i] if i < len(aliases) else None, mmproj=args.mmproj,
-                            pooling=args.pooling) for i, f in enumerate(files)]
+                            pooling=args.pooling, tags=args.tags) for i, f in enumerate(files)]
     if args.ray:
         if len(specs) != 1:
             raise InvalidParameterError("--ray serves one model (one -m); several models on Ray are not supported yet",
@@ -183,8 +189,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         print(f"llamaplug serve: {len(specs)} models on http://{args.host}:{args.port}, each loaded when first "
               f"asked for ({', '.join(s.id for s in specs)})", file=sys.stderr, flush=True)
-    app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    cors = Cors(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials)
+    app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
+                         cors=cors, endpoint_slots=args.endpoint_slots)
+    if "," in args.host or args.host.endswith(".sock"):  # llama-server's several addresses, or a unix socket
+        serve_on(app, args.host, args.port)
+    else:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 

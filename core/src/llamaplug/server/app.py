@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..high.llama import Llama
 from . import errors
+from .cors import Cors
 from .metrics import Metrics
 from .registry import ModelRegistry, Served
 from .routes import ROUTERS
@@ -44,9 +45,11 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
 
 
 def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predict: int = -1,
-                   slot_save_path: str | None = None) -> FastAPI:
+                   slot_save_path: str | None = None, cors: Cors | None = None, endpoint_slots: bool = True
+                   ) -> FastAPI:
     """The ASGI app serving the models of `registry`, each loaded when first asked for (closed at shutdown);
-    the other arguments as create_app's."""
+    the other arguments as create_app's. `cors`: llama-server's CORS flags (None: its defaults, cors.py);
+    `endpoint_slots` False: /slots answers 501, as llama-server's --no-slots."""
     metrics = Metrics(registry.engines)
     registry.on_unload(metrics.retire)
 
@@ -61,7 +64,8 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.state.models = registry
     app.state.n_predict = n_predict
     app.state.slot_save_path = slot_save_path
-    app.add_middleware(_Guard, api_key=api_key, metrics=metrics)
+    app.state.endpoint_slots = endpoint_slots
+    app.add_middleware(_Guard, api_key=api_key, metrics=metrics, cors=cors or Cors())
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
@@ -76,16 +80,16 @@ PUBLIC_PREFIX = "/static/"
 
 
 class _Guard:
-    """The middleware: the API key on every path but /health (when one is set), the HTTP counters of /metrics,
-    and POST bodies read as JSON.
+    """The middleware: CORS (cors.py: a preflight is answered here, before the key), the API key on every path
+    but /health (when one is set), the HTTP counters of /metrics, and POST bodies read as JSON.
 
     As llama-server, `Authorization: Bearer KEY` or a bare `Authorization: KEY`. Plain ASGI rather than
     Starlette's BaseHTTPMiddleware: that one wraps every request in a task group and a wrapped `receive`,
     a cost each request paid on the event loop, which shares the CPU with the decode threads.
     """
 
-    def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics):
-        self.app, self.api_key, self.metrics = app, api_key, metrics
+    def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics, cors: Cors):
+        self.app, self.api_key, self.metrics, self.cors = app, api_key, metrics, cors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -95,6 +99,16 @@ class _Guard:
         metrics.http_requests += 1
         path = scope["path"]
         headers = Headers(scope=scope)
+        origin = self.cors.allow_origin(headers.get("origin"))
+        cors = [(b"access-control-allow-origin", origin.encode("latin-1"))] if origin is not None else []
+        if scope["method"] == "OPTIONS":  # a preflight carries no key: llama-server answers every one
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/html"), (b"content-length", b"0"), *cors,
+                                    *self.cors.preflight()]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if cors:
+            send = _with_headers(send, cors)
         if api_key is not None and path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIX):
             given = headers.get("authorization", "").removeprefix("Bearer ")
             if not (secrets.compare_digest(given.encode(), api_key.encode())
@@ -114,6 +128,17 @@ class _Guard:
             await send(message)
 
         await self.app(scope, receive, counted)
+
+
+def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
+    """`send` adding `extra` to the response's headers."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return sending
 
 
 def _json_body(scope: Scope, headers: Headers) -> None:
