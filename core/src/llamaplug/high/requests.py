@@ -66,10 +66,12 @@ def completion_job(llama: Llama, prompt: str | list[int], max_tokens: int | None
     room = llama.engine.n_ctx_seq
     if n_prompt >= room:
         per = f"n_ctx / n_seq_max = {room}" if room != llama.context.n_ctx else f"n_ctx = {room}"
-        raise ContextOverflowError(
+        overflow = ContextOverflowError(
             f"the prompt has {n_prompt} {'positions' if media is not None else 'tokens'} but a sequence holds "
             f"{room} ({per}); shorten the prompt or raise n_ctx"
         )
+        overflow.n_prompt_tokens, overflow.n_ctx = n_prompt, room  # for the server's exceed_context_size_error
+        raise overflow
     grammar = response_grammar(response_format)
     if grammar is not None:
         if sampler is not None and not isinstance(sampler, SamplerChain):
@@ -99,13 +101,15 @@ def chat_job(llama: Llama, messages: list[dict[str, Any]], max_tokens: int | Non
              sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
              tools: list[ToolSpec] | None = None, tool_choice: str | dict[str, Any] | None = None,
              response_format: ResponseFormat | None = None, chat_template: str | None = None,
-             own_sampler: bool = False) -> tuple[Job, str | None]:
+             own_sampler: bool = False, logprobs: int | None = None) -> tuple[Job, str | None]:
     """A checked reply to `messages` (see Llama.create_chat_completion), and the tool-call family to parse it with.
 
-    The family (None without tools) goes to chat.as_chat / ChatStream with the job's chunks.
+    The family (None without tools) goes to chat.as_chat / ChatStream with the job's chunks. `logprobs`: the
+    most likely tokens to give with each sampled one's log probability (None: none).
     """
     prompt, sampler, kind = _chat_prompt(llama, messages, sampler, tools, tool_choice, response_format, chat_template)
-    return completion_job(llama, prompt, max_tokens, sampler, stop, None, False, response_format, own_sampler), kind
+    return completion_job(llama, prompt, max_tokens, sampler, stop, logprobs, False, response_format,
+                          own_sampler), kind
 
 
 def samplers_for(llama: Llama, n: int, sampler: Samplers) -> list[tuple[LlamaSampler | None, bool]]:

@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from ..errors import ClosedError, LlamaError
+from ..errors import ClosedError, ContextOverflowError, LlamaError
 from .schemas import ErrorBody
 
 # For a route's `responses=`: the statuses its errors may have, in the OpenAPI document.
@@ -62,6 +62,8 @@ def as_api_error(exc: Exception) -> ApiError:
     """The status and error shape of what a request raised."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, ContextOverflowError) and hasattr(exc, "n_prompt_tokens"):
+        return exceeds_context(exc.n_prompt_tokens, exc.n_ctx)  # type: ignore[attr-defined]
     if isinstance(exc, LlamaError):
         for kind in type(exc).__mro__:
             if kind in _NOT_THE_CLIENTS:
@@ -79,6 +81,13 @@ def as_api_error(exc: Exception) -> ApiError:
     raise TypeError(f"no API error for {type(exc).__name__}")  # install() registers `handle` for the kinds above only
 
 
+def exceeds_context(n_prompt: int, n_ctx: int, param: str | None = "messages") -> ApiError:
+    """llama-server's error for a prompt longer than a slot: its message, type, n_prompt_tokens and n_ctx."""
+    return ApiError(400, f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), try "
+                         "increasing it", "exceed_context_size_error", param=param, code="exceed_context_size_error",
+                    native={"type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx})
+
+
 def response(exc: ApiError, path: str = "") -> JSONResponse:
     """`exc` as the body of the API that `path` is part of: llama-server's shape on NATIVE_PATHS, else OpenAI's."""
     body: dict[str, Any]
@@ -86,7 +95,8 @@ def response(exc: ApiError, path: str = "") -> JSONResponse:
         body = {"error": {"code": exc.status, "message": str(exc),
                           "type": _NATIVE_TYPES.get(exc.status, "server_error"), **exc.native}}
     else:
-        body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.code}}
+        body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.code,
+                          **{k: v for k, v in exc.native.items() if k != "type"}}}
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 

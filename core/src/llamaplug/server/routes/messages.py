@@ -21,20 +21,25 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...errors import LlamaError
-from ...high.chat import ChatStream, as_chat
+from ...high.chat import ChatStream, as_chat, check_messages, render
 from ...high.completion import CompletionChunk, CompletionTimings, StopReason
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
+from ...high.tool_calls import check_tools
 from ..anthropic_schemas import (
+    CountTokensRequest,
     ErrorBody,
     ErrorDetail,
     ImageBlock,
     MessageResponse,
     MessagesRequest,
     MessageUsage,
+    RedactedThinkingBlock,
     TextBlock,
     TextOut,
+    ThinkingBlock,
+    TokenCount,
     ToolResultBlock,
     ToolUseBlock,
     ToolUseOut,
@@ -90,6 +95,21 @@ async def messages(body: MessagesRequest, request: Request,
                            usage=_usage(done.timings, len(done.tokens)))
 
 
+@router.post("/v1/messages/count_tokens", response_model=TokenCount,
+             responses={code: {"model": ErrorBody} for code in (400, 401, 404, 503)})
+async def count_tokens(body: CountTokensRequest,
+                       served: Annotated[Served, Depends(served_model(CountTokensRequest))]) -> TokenCount:
+    """The prompt's tokens, as the chat path renders it (llama-server's count: no generation, no context check)."""
+    return TokenCount(input_tokens=prompt_tokens(served, as_chat_request(body)))
+
+
+def prompt_tokens(served: Served, chat: ChatRequest) -> int:
+    """How many tokens `chat`'s messages (and tools) are, rendered by the model's chat template."""
+    tools = check_tools(chat.tools) if chat.tools and chat.tool_choice != "none" else None
+    tokens, _ = render(served.llama, check_messages(chat.messages), served.chat_template, tools)
+    return len(tokens)
+
+
 def as_chat_request(body: MessagesRequest) -> ChatRequest:
     """The chat request that asks for what `body` asks for."""
     messages: list[dict[str, Any]] = []
@@ -121,8 +141,13 @@ def _chat_messages(role: str, content: str | list[Any], where: str) -> list[dict
     results: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
+    reasoning: list[str] = []
     for j, block in enumerate(content):
-        if isinstance(block, ToolUseBlock):
+        if isinstance(block, ThinkingBlock):
+            reasoning.append(block.thinking)
+        elif isinstance(block, RedactedThinkingBlock):
+            continue
+        elif isinstance(block, ToolUseBlock):
             if role != "assistant":
                 raise ApiError(400, f"{where}.content[{j}]: tool_use blocks belong to assistant messages",
                                param=f"{where}.content[{j}]")
@@ -137,10 +162,12 @@ def _chat_messages(role: str, content: str | list[Any], where: str) -> list[dict
                             "content": given if isinstance(given, str) else [_part(b) for b in given]})
         else:
             parts.append(_part(block))
-    if parts or calls:
-        message: dict[str, Any] = {"role": role, "content": parts or None}
+    if parts or calls or reasoning:
+        message: dict[str, Any] = {"role": role, "content": parts or (None if calls else "")}
         if calls:
             message["tool_calls"] = calls
+        if reasoning:
+            message["reasoning_content"] = "\n".join(reasoning)
         results.append(message)
     return results
 

@@ -28,6 +28,7 @@ from ..deps import served_model
 from ..errors import ERROR_RESPONSES, ApiError, as_api_error
 from ..native_schemas import NativeCompletionRequest
 from ..registry import Served
+from ..request_fields import grammar_text, logit_bias, token_entry
 from ..streaming import unless_gone
 
 router = APIRouter()
@@ -55,13 +56,18 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     llama = served.llama
     n_predict = body.n_predict if body.n_predict is not None else request.app.state.n_predict
     sampling = body.sampling(llama.params.seed)
-    jobs = completion_jobs(llama, prompts, None if n_predict < 0 else n_predict, sampling, body.stop)
+    extra = {"logit_bias": logit_bias(llama.model, body.logit_bias),
+             "grammar": grammar_text(getattr(body, "grammar", None), getattr(body, "json_schema", None))}
+    if any(extra.values()):
+        sampling = sampling.model_copy(update=extra)
+    n_probs = body.n_probs or None  # llama-server: 0 gives none
+    jobs = completion_jobs(llama, prompts, None if n_predict < 0 else n_predict, sampling, body.stop, n_probs)
     settings = _settings(sampling, n_predict, body)
     if body.stream:
-        return StreamingResponse(_events(served, jobs, texts, settings), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(_events(served, jobs, texts, settings, body.post_sampling_probs),
+                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
     done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
-    results = [result(served, i, c, texts[i], settings, body.stop or [], body.return_tokens)
+    results = [result(served, i, c, texts[i], settings, body.stop or [], body.return_tokens, body.post_sampling_probs)
                for i, c in enumerate(done)]
     return results[0] if len(results) == 1 else results
 
@@ -101,12 +107,14 @@ def prompt_tokens(served: Served, prompt: str | list[int | str]) -> list[int]:
 
 
 def result(served: Served, index: int, done: Completion, prompt: str, settings: dict[str, Any],
-           stops: list[str], return_tokens: bool) -> dict[str, Any]:
-    """llama-server's final result of one prompt."""
+           stops: list[str], return_tokens: bool, post: bool = False) -> dict[str, Any]:
+    """llama-server's final result of one prompt (completion_probabilities when the job read logprobs)."""
     reason = done.stop_reason
     word = _stopping_word(served, done, stops) if reason is StopReason.STOP_SEQUENCE else ""
-    return {"index": index, "content": done.text, "tokens": done.tokens if return_tokens else [], "id_slot": -1,
-            "stop": True, "model": served.id, "tokens_predicted": len(done.tokens),
+    probs = {} if done.logprobs is None else {
+        "completion_probabilities": [token_entry(served.llama.model, lp, post) for lp in done.logprobs]}
+    return {**probs, "index": index, "content": done.text, "tokens": done.tokens if return_tokens else [],
+            "id_slot": -1, "stop": True, "model": served.id, "tokens_predicted": len(done.tokens),
             "tokens_evaluated": len(done.prompt_tokens), "generation_settings": settings, "prompt": prompt,
             "has_new_line": "\n" in done.text, "truncated": False, "stop_type": _STOP_TYPES[reason],
             # tokens_cached is llama-server's n_past: the last generated token is not decoded
@@ -141,7 +149,7 @@ def _settings(sampling: SamplerParams, n_predict: int, body: NativeCompletionReq
             "samplers": list(sampling.samplers)}
 
 
-async def _events(served: Served, jobs: list[Job], texts: list[str], settings: dict[str, Any]
+async def _events(served: Served, jobs: list[Job], texts: list[str], settings: dict[str, Any], post: bool = False
                   ) -> AsyncIterator[str]:
     """llama-server's stream: a partial result per piece, then each prompt's final one (no [DONE])."""
     pieces: list[list[CompletionChunk]] = [[] for _ in jobs]
@@ -151,12 +159,15 @@ async def _events(served: Served, jobs: list[Job], texts: list[str], settings: d
             if chunk.stop_reason is None:
                 if chunk.text or chunk.tokens:
                     produced = sum(len(c.tokens) for c in pieces[i])
+                    probs = {} if chunk.logprobs is None else {"completion_probabilities": [
+                        token_entry(served.llama.model, lp, post) for lp in chunk.logprobs]}
                     yield _event({"index": i, "content": chunk.text, "tokens": chunk.tokens, "stop": False,
                                   "id_slot": -1, "tokens_predicted": produced,
-                                  "tokens_evaluated": len(jobs[i].prompt)})
+                                  "tokens_evaluated": len(jobs[i].prompt), **probs})
                 continue
             done = collect_many([(0, c) for c in pieces[i]], [jobs[i]])[0]
             final = result(served, i, done, texts[i], {**settings, "stream": True}, settings["stop"], False)
+            final.pop("completion_probabilities", None)  # (each went with its token)
             yield _event({**final, "content": chunk.text})
     except LlamaError as exc:  # the status line is sent: the error is the last event
         error = as_api_error(exc)
