@@ -136,6 +136,7 @@ class CountTokensRequest(MessagesRequest):
     """POST /v1/messages/count_tokens: a Messages request without max_tokens."""
 
     max_tokens: int | None = Field(None, ge=1)  # type: ignore[assignment]
+    messages: list[InputMessage] = Field(default_factory=list)  # type: ignore[assignment]  # [] counts, as there
 
 
 class TokenCount(BaseModel):

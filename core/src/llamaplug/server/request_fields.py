@@ -43,7 +43,7 @@ def logit_bias(model: Any, given: LogitBias | None) -> dict[int, float]:
 def _tokens(model: Any, key: Any) -> list[int]:
     if isinstance(key, int) and not isinstance(key, bool):
         ident = key
-    elif isinstance(key, str) and key.lstrip("-").isdigit():
+    elif isinstance(key, str) and key.lstrip("-").isdecimal() and key.count("-") <= 1:
         ident = int(key)
     elif isinstance(key, str):
         return [int(t) for t in model.tokenize(key, False, False)]

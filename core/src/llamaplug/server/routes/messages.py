@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ...errors import LlamaError
 from ...high.chat import ChatStream, as_chat, check_messages, render
+from ...high.chat_template import ChatTemplate
 from ...high.completion import CompletionChunk, CompletionTimings, StopReason
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
@@ -100,12 +101,18 @@ async def messages(body: MessagesRequest, request: Request,
 async def count_tokens(body: CountTokensRequest,
                        served: Annotated[Served, Depends(served_model(CountTokensRequest))]) -> TokenCount:
     """The prompt's tokens, as the chat path renders it (llama-server's count: no generation, no context check)."""
+    if not body.messages:  # (a chat request needs a message: count the template alone)
+        return TokenCount(input_tokens=prompt_tokens(served, ChatRequest.model_construct(messages=[])))
     return TokenCount(input_tokens=prompt_tokens(served, as_chat_request(body)))
 
 
 def prompt_tokens(served: Served, chat: ChatRequest) -> int:
     """How many tokens `chat`'s messages (and tools) are, rendered by the model's chat template."""
     tools = check_tools(chat.tools) if chat.tools and chat.tool_choice != "none" else None
+    if not chat.messages:  # llama-server counts the template's own tokens (its generation prompt)
+        template = ChatTemplate.for_model(served.llama.model, served.chat_template)
+        prompt = template.render([], add_generation_prompt=True, tools=tools)
+        return len(served.llama.model.tokenize(prompt, served.llama.model.add_bos, special=True))
     tokens, _ = render(served.llama, check_messages(chat.messages), served.chat_template, tools)
     return len(tokens)
 

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ...errors import LlamaError
-from ...high.completion import Completion, CompletionChunk, CompletionTimings, StopReason
+from ...high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob
 from ...high.engine import Job
 from ...high.events import agather, astream
 from ...high.requests import collect_many, completion_jobs
@@ -112,7 +112,8 @@ def result(served: Served, index: int, done: Completion, prompt: str, settings: 
     reason = done.stop_reason
     word = _stopping_word(served, done, stops) if reason is StopReason.STOP_SEQUENCE else ""
     probs = {} if done.logprobs is None else {
-        "completion_probabilities": [token_entry(served.llama.model, lp, post) for lp in done.logprobs]}
+        "completion_probabilities": [token_entry(served.llama.model, _after_chain(lp, settings, post), post)
+                                     for lp in done.logprobs]}
     return {**probs, "index": index, "content": done.text, "tokens": done.tokens if return_tokens else [],
             "id_slot": -1, "stop": True, "model": served.id, "tokens_predicted": len(done.tokens),
             "tokens_evaluated": len(done.prompt_tokens), "generation_settings": settings, "prompt": prompt,
@@ -120,6 +121,14 @@ def result(served: Served, index: int, done: Completion, prompt: str, settings: 
             # tokens_cached is llama-server's n_past: the last generated token is not decoded
             "stopping_word": word, "tokens_cached": len(done.prompt_tokens) + max(0, len(done.tokens) - 1),
             "timings": timings(done.timings)}
+
+
+def _after_chain(lp: TokenLogprob, settings: dict[str, Any], post: bool) -> TokenLogprob:
+    """post_sampling_probs of a greedy request: the chain leaves the one token, probability 1 (as llama-server).
+    Otherwise the probabilities before the chain (the engine does not see the chain's candidates)."""
+    if post and settings["temperature"] <= 0:
+        return TokenLogprob(lp.token, lp.text, 0.0, ((lp.token, 0.0),))
+    return lp
 
 
 def timings(t: CompletionTimings) -> dict[str, float]:
@@ -160,7 +169,8 @@ async def _events(served: Served, jobs: list[Job], texts: list[str], settings: d
                 if chunk.text or chunk.tokens:
                     produced = sum(len(c.tokens) for c in pieces[i])
                     probs = {} if chunk.logprobs is None else {"completion_probabilities": [
-                        token_entry(served.llama.model, lp, post) for lp in chunk.logprobs]}
+                        token_entry(served.llama.model, _after_chain(lp, settings, post), post)
+                        for lp in chunk.logprobs]}
                     yield _event({"index": i, "content": chunk.text, "tokens": chunk.tokens, "stop": False,
                                   "id_slot": -1, "tokens_predicted": produced,
                                   "tokens_evaluated": len(jobs[i].prompt), **probs})
