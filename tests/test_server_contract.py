@@ -195,8 +195,8 @@ def test_constrained_and_continued_replies_equal_llama_servers(both, name):
     if name == "json_schema":
         # the same schema, but llamaplug's own converter (json_schema.py) allows other whitespace than
         # llama.cpp's json-schema-to-grammar, so the greedy texts may differ: both must be the object asked for
-        for reply in (ours, theirs):
-            assert isinstance(json.loads(reply["choices"][0]["message"]["content"])["fruit"], str)
+        for reply in (ours, theirs):  # (cut at max_tokens, it may not be whole)
+            assert re.match(r'\s*\{\s*"fruit"\s*:', reply["choices"][0]["message"]["content"])
         return
     assert ours["choices"][0]["message"]["content"] == theirs["choices"][0]["message"]["content"]
 
@@ -255,7 +255,7 @@ def test_completion_prompt_forms_and_logit_bias_shapes(both, name):
     assert s1 == s2 == 200, (theirs, ours)
     assert ours["content"] == theirs["content"]
     assert ours["tokens_evaluated"] == theirs["tokens_evaluated"]
-    if name.startswith("completion_bias"):
+    if name in ("completion_bias_object", "completion_bias_pairs"):  # the greedy first token banned
         assert ours["content"] != both["ours"]["completion_probs"][1]["content"]
 
 
@@ -274,7 +274,8 @@ def test_responses_stream_ends_with_timings(both):
     for side in ("theirs", "ours"):
         status, events = both[side]["responses_stream"]
         assert status == 200
-        assert events[-1]["type"] == "response.completed"
+        # (cut at max_output_tokens: OpenAI's response.incomplete here, llama-server says completed)
+        assert events[-1]["type"] in ("response.completed", "response.incomplete")
     assert set(both["ours"]["responses_stream"][1][-1]["timings"]) == \
         set(both["theirs"]["responses_stream"][1][-1]["timings"])
 
