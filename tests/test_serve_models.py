@@ -307,7 +307,8 @@ def test_the_api_key_guards_every_path_but_health(smollm2_path):
         assert http_client.get("/").status_code == 200  # the chat page, which asks for the key itself
         listed = http_client.get("/v1/models", headers={"Authorization": "Bearer k"}).json()["data"]
         assert listed == [{"id": "m", "object": "model", "created": listed[0]["created"], "owned_by": "llamaplug",
-                           "aliases": [], "status": {"value": "unloaded"}, "capabilities": ["completion"]}]
+                           "aliases": [], "tags": [], "status": {"value": "unloaded"},
+                           "capabilities": ["completion"]}]
 
 
 @pytest.mark.parametrize("toml, where", [

@@ -189,13 +189,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .server.app import create_app_for
+        from .server.cors import Cors
         from .server.http_limits import uvicorn_options
+        from .server.listen import serve_on
         from .server.model_specs import spec_for_file, specs_from_dir
         from .server.registry import ModelRegistry
     except ImportError as exc:
         raise InvalidParameterError(f'`llamaplug serve` needs the server extra: pip install "llamaplug[server]" '
                                     f"({exc.name} is missing)") from None
-    if args.api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+    from .serve_flags import settle
+
+    settle(args)  # LLAMA_ARG_* variables the command line did not override
+    if args.api_key is None and any(h.strip() not in ("127.0.0.1", "localhost", "::1") and not h.endswith(".sock")
+                                    for h in args.host.split(",")):
         print(f"warning: serving on {args.host}, not loopback, without --api-key: anyone who reaches it can use it",
               file=sys.stderr)
     # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
@@ -217,7 +223,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     template, chat = chat_settings(args)
     specs = specs_from_dir(args.models_dir, base) if args.models_dir else []
     specs += [spec_for_file(f, base, aliases[i] if i < len(aliases) else None, mmproj=args.mmproj,
-                            pooling=args.pooling, chat_template=template) for i, f in enumerate(files)]
+                            pooling=args.pooling, chat_template=template, tags=args.tags) for i, f in enumerate(files)]
     if args.ray:
         if len(specs) != 1:
             raise InvalidParameterError("--ray serves one model (one -m); several models on Ray are not supported yet",
@@ -232,10 +238,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         print(f"llamaplug serve: {len(specs)} models on http://{args.host}:{args.port}, each loaded when first "
               f"asked for ({', '.join(s.id for s in specs)})", file=sys.stderr, flush=True)
+    cors = Cors(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials)
     app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
-                         max_body=args.max_body_mib * 2**20)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                **uvicorn_options(args.max_header_kib * 1024))
+                         max_body=args.max_body_mib * 2**20, cors=cors, endpoint_slots=args.endpoint_slots)
+    limits = uvicorn_options(args.max_header_kib * 1024)
+    if "," in args.host or args.host.endswith(".sock"):  # llama-server's several addresses, or a unix socket
+        serve_on(app, args.host, args.port, **limits)
+    else:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", **limits)
     return 0
 
 

@@ -6,11 +6,18 @@ the serve parser does not have yet, the flags that are no-ops here (what they sw
 on is always on), and, last, every other flag of llama-server's as an error naming it,
 so a flag we do not implement is never silently ignored. Unknown flags stay argparse's
 "unrecognized arguments".
+
+As llama-server, each flag may come from its environment variable (`LLAMA_ARG_CTX_SIZE=4096`,
+`LLAMA_API_KEY`, ...: `LLAMA_ARG_ENV`), the command line winning; a boolean takes
+on/enabled/true/1 or off/disabled/false/0, and `LLAMA_ARG_NO_X` turns off the flag of
+`LLAMA_ARG_X`. A variable of a flag we do not implement is an error naming it, as the flag is.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Mapping
 from typing import Any
 
 # The pin's `llama-server --help` (common/arg.cpp), every spelling. Regenerate when the pin moves.
@@ -84,13 +91,90 @@ LLAMA_SERVER_FLAGS = frozenset((
     "-t", "-tb", "-tbd", "-td", "-to", "-ts", "-ub", "-v",
 ))
 
+# The pin's environment variable of each llama-server flag (common/arg.cpp's set_env), by its first long spelling.
+# Regenerate when the pin moves (test_server_contract checks it against the pin's source).
+LLAMA_ARG_ENV = {
+    "HF_TOKEN": "--hf-token", "LLAMA_API_KEY": "--api-key", "LLAMA_ARG_AGENT": "--agent",
+    "LLAMA_ARG_ALIAS": "--alias", "LLAMA_ARG_API_KEY_FILE": "--api-key-file", "LLAMA_ARG_API_PREFIX": "--api-prefix",
+    "LLAMA_ARG_BACKEND_SAMPLING": "--backend-sampling", "LLAMA_ARG_BATCH": "--batch-size",
+    "LLAMA_ARG_CACHE_IDLE_SLOTS": "--cache-idle-slots", "LLAMA_ARG_CACHE_PROMPT": "--cache-prompt",
+    "LLAMA_ARG_CACHE_RAM": "--cache-ram", "LLAMA_ARG_CACHE_REUSE": "--cache-reuse",
+    "LLAMA_ARG_CACHE_TYPE_K": "--cache-type-k", "LLAMA_ARG_CACHE_TYPE_V": "--cache-type-v",
+    "LLAMA_ARG_CHAT_TEMPLATE": "--chat-template", "LLAMA_ARG_CHAT_TEMPLATE_FILE": "--chat-template-file",
+    "LLAMA_ARG_CHAT_TEMPLATE_KWARGS": "--chat-template-kwargs",
+    "LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT": "--checkpoint-min-step", "LLAMA_ARG_CONTEXT_SHIFT": "--context-shift",
+    "LLAMA_ARG_CONT_BATCHING": "--cont-batching", "LLAMA_ARG_CORS_CREDENTIALS": "--cors-credentials",
+    "LLAMA_ARG_CORS_HEADERS": "--cors-headers", "LLAMA_ARG_CORS_METHODS": "--cors-methods",
+    "LLAMA_ARG_CORS_ORIGINS": "--cors-origins", "LLAMA_ARG_CPU_MOE": "--cpu-moe",
+    "LLAMA_ARG_CTX_CHECKPOINTS": "--ctx-checkpoints", "LLAMA_ARG_CTX_SIZE": "--ctx-size",
+    "LLAMA_ARG_DEFRAG_THOLD": "--defrag-thold", "LLAMA_ARG_DEVICE": "--device",
+    "LLAMA_ARG_DOCKER_REPO": "--docker-repo", "LLAMA_ARG_DRAFT_MAX": "--draft", "LLAMA_ARG_DRAFT_MIN": "--draft-min",
+    "LLAMA_ARG_EMBEDDINGS": "--embedding", "LLAMA_ARG_ENDPOINT_METRICS": "--metrics",
+    "LLAMA_ARG_ENDPOINT_PROPS": "--props", "LLAMA_ARG_ENDPOINT_SLOTS": "--slots", "LLAMA_ARG_FIT": "--fit",
+    "LLAMA_ARG_FIT_CTX": "--fit-ctx", "LLAMA_ARG_FIT_TARGET": "--fit-target", "LLAMA_ARG_FLASH_ATTN": "--flash-attn",
+    "LLAMA_ARG_FREQUENCY_PENALTY": "--frequency-penalty", "LLAMA_ARG_HF_FILE": "--hf-file",
+    "LLAMA_ARG_HF_REPO": "--hf-repo", "LLAMA_ARG_HOST": "--host", "LLAMA_ARG_IMAGE_MAX_TOKENS": "--image-max-tokens",
+    "LLAMA_ARG_IMAGE_MIN_TOKENS": "--image-min-tokens", "LLAMA_ARG_JINJA": "--jinja",
+    "LLAMA_ARG_KV_OFFLOAD": "--kv-offload", "LLAMA_ARG_KV_UNIFIED": "--kv-unified",
+    "LLAMA_ARG_KV_UNIFIED_PER_SLOT": "--kv-unified-per-slot", "LLAMA_ARG_LAZY_MODE": "--lazy-mode",
+    "LLAMA_ARG_LOAD_MODE": "--load-mode", "LLAMA_ARG_LOG_COLORS": "--log-colors", "LLAMA_ARG_LOG_FILE": "--log-file",
+    "LLAMA_ARG_LOG_JSONL": "--log-jsonl", "LLAMA_ARG_LOG_PREFIX": "--log-prefix",
+    "LLAMA_ARG_LOG_TIMESTAMPS": "--log-timestamps", "LLAMA_ARG_LOG_VERBOSITY": "--verbosity",
+    "LLAMA_ARG_MAIN_GPU": "--main-gpu", "LLAMA_ARG_MCP_SERVERS_CONFIG": "--mcp-servers-config",
+    "LLAMA_ARG_MCP_SERVERS_JSON": "--mcp-servers-json", "LLAMA_ARG_MIN_P": "--min-p", "LLAMA_ARG_MMPROJ": "--mmproj",
+    "LLAMA_ARG_MMPROJ_AUTO": "--mmproj-auto", "LLAMA_ARG_MMPROJ_OFFLOAD": "--mmproj-offload",
+    "LLAMA_ARG_MMPROJ_URL": "--mmproj-url", "LLAMA_ARG_MODEL": "--model",
+    "LLAMA_ARG_MODELS_AUTOLOAD": "--models-autoload", "LLAMA_ARG_MODELS_DIR": "--models-dir",
+    "LLAMA_ARG_MODELS_MAX": "--models-max", "LLAMA_ARG_MODELS_PRESET": "--models-preset",
+    "LLAMA_ARG_MODEL_URL": "--model-url", "LLAMA_ARG_MTMD_BATCH_MAX_TOKENS": "--mtmd-batch-max-tokens",
+    "LLAMA_ARG_NO_HOST": "--no-host", "LLAMA_ARG_NUMA": "--numa", "LLAMA_ARG_N_CPU_FFN": "--n-cpu-ffn",
+    "LLAMA_ARG_N_CPU_MOE": "--n-cpu-moe", "LLAMA_ARG_N_GPU_LAYERS": "--gpu-layers",
+    "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "--spec-draft-ngl", "LLAMA_ARG_N_PARALLEL": "--parallel",
+    "LLAMA_ARG_N_PREDICT": "--predict", "LLAMA_ARG_OFFLINE": "--offline",
+    "LLAMA_ARG_OVERRIDE_TENSOR": "--override-tensor", "LLAMA_ARG_PERF": "--perf", "LLAMA_ARG_POOLING": "--pooling",
+    "LLAMA_ARG_PORT": "--port", "LLAMA_ARG_PREFILL_ASSISTANT": "--prefill-assistant",
+    "LLAMA_ARG_PRESENCE_PENALTY": "--presence-penalty", "LLAMA_ARG_REASONING": "--reasoning",
+    "LLAMA_ARG_REASONING_EFFORT": "--reasoning-effort", "LLAMA_ARG_REASONING_PRESERVE": "--reasoning-preserve",
+    "LLAMA_ARG_REPACK": "--repack", "LLAMA_ARG_REPEAT_PENALTY": "--repeat-penalty",
+    "LLAMA_ARG_RERANKING": "--rerank", "LLAMA_ARG_REUSE_PORT": "--reuse-port",
+    "LLAMA_ARG_ROPE_FREQ_BASE": "--rope-freq-base", "LLAMA_ARG_ROPE_FREQ_SCALE": "--rope-freq-scale",
+    "LLAMA_ARG_ROPE_SCALE": "--rope-scale", "LLAMA_ARG_ROPE_SCALING_TYPE": "--rope-scaling",
+    "LLAMA_ARG_RPC": "--rpc", "LLAMA_ARG_SKIP_CHAT_PARSING": "--skip-chat-parsing",
+    "LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING": "--spec-draft-backend-sampling",
+    "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K": "--spec-draft-type-k",
+    "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V": "--spec-draft-type-v",
+    "LLAMA_ARG_SPEC_DRAFT_CPU_MOE": "--spec-draft-cpu-moe", "LLAMA_ARG_SPEC_DRAFT_HF_REPO": "--spec-draft-hf",
+    "LLAMA_ARG_SPEC_DRAFT_MODEL": "--spec-draft-model", "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE": "--spec-draft-n-cpu-moe",
+    "LLAMA_ARG_SPEC_DRAFT_N_MAX": "--spec-draft-n-max", "LLAMA_ARG_SPEC_DRAFT_N_MIN": "--spec-draft-n-min",
+    "LLAMA_ARG_SPEC_DRAFT_P_MIN": "--spec-draft-p-min", "LLAMA_ARG_SPEC_DRAFT_P_SPLIT": "--spec-draft-p-split",
+    "LLAMA_ARG_SPEC_SYNTH_LEN": "--spec-synth-len", "LLAMA_ARG_SPEC_SYNTH_RATES": "--spec-synth-rates",
+    "LLAMA_ARG_SPEC_TYPE": "--spec-type", "LLAMA_ARG_SPLIT_MODE": "--split-mode",
+    "LLAMA_ARG_SSE_PING_INTERVAL": "--sse-ping-interval", "LLAMA_ARG_SSL_CERT_FILE": "--ssl-cert-file",
+    "LLAMA_ARG_SSL_KEY_FILE": "--ssl-key-file", "LLAMA_ARG_STATIC_PATH": "--path",
+    "LLAMA_ARG_SWA_FULL": "--swa-full", "LLAMA_ARG_TAGS": "--tags", "LLAMA_ARG_TEMPERATURE": "--temp",
+    "LLAMA_ARG_TENSOR_SPLIT": "--tensor-split", "LLAMA_ARG_THINK": "--reasoning-format",
+    "LLAMA_ARG_THINK_BUDGET": "--reasoning-budget", "LLAMA_ARG_THINK_BUDGET_MESSAGE": "--reasoning-budget-message",
+    "LLAMA_ARG_THREADS": "--threads", "LLAMA_ARG_THREADS_HTTP": "--threads-http", "LLAMA_ARG_TIMEOUT": "--timeout",
+    "LLAMA_ARG_TOOLS": "--tools", "LLAMA_ARG_TOOLS_RUNTIME": "--tools-runtime", "LLAMA_ARG_TOP_K": "--top-k",
+    "LLAMA_ARG_TOP_P": "--top-p", "LLAMA_ARG_UBATCH": "--ubatch-size", "LLAMA_ARG_UI": "--ui",
+    "LLAMA_ARG_UI_CONFIG": "--ui-config", "LLAMA_ARG_UI_CONFIG_FILE": "--ui-config-file",
+    "LLAMA_ARG_UI_MCP_PROXY": "--ui-mcp-proxy", "LLAMA_ARG_VIDEO_FFMPEG_DIR": "--video-ffmpeg-dir",
+    "LLAMA_ARG_VIDEO_FPS": "--video-fps", "LLAMA_ARG_VIDEO_TIMESTAMP_INTERVAL": "--video-timestamp-interval",
+    "LLAMA_ARG_YARN_ATTN_FACTOR": "--yarn-attn-factor", "LLAMA_ARG_YARN_BETA_FAST": "--yarn-beta-fast",
+    "LLAMA_ARG_YARN_BETA_SLOW": "--yarn-beta-slow", "LLAMA_ARG_YARN_EXT_FACTOR": "--yarn-ext-factor",
+    "LLAMA_ARG_YARN_ORIG_CTX": "--yarn-orig-ctx",
+}
+
+# Set in most Hugging Face setups for other tools: not taken as a request for llama-server's --hf-token.
+_ENV_NOT_OURS = frozenset({"HF_TOKEN"})
+
+
 # Flags whose feature llamaplug serve always has: accepted, doing nothing (the --help line says why).
 _ALWAYS_ON = {
     ("--jinja",): "no-op: chat templates are always rendered by llama.cpp's Jinja engine",
     ("--metrics",): "no-op: /metrics is always served",
     ("--embedding", "--embeddings"): "no-op: /v1/embeddings is always served",
     ("--rerank", "--reranking"): "no-op: /v1/rerank is always served (it needs a reranker model)",
-    ("--slots",): "no-op: /slots is always served",
     ("-cb", "--cont-batching"): "no-op: requests are always batched together",
     ("--cache-prompt",): "no-op: a slot's cached prefix is always reused",
     ("--no-webui", "--no-ui"): "no-op: there is no web UI",
@@ -131,6 +215,85 @@ def add_llama_server_flags(serve: argparse.ArgumentParser) -> None:
         names = tuple(n for n in names if n not in have)
         if names:
             serve.add_argument(*names, action="store_true", help=why, dest=f"_noop_{names[-1].lstrip('-')}")
+    _add_http_flags(serve, have)
     have = set(serve._option_string_actions)  # noqa: SLF001
     for flag in sorted(LLAMA_SERVER_FLAGS - have):
         serve.add_argument(flag, action=_Refused, dest=f"_refused_{flag.lstrip('-')}")
+    from_environment(serve, os.environ)
+
+
+def _add_http_flags(serve: argparse.ArgumentParser, have: set[str]) -> None:
+    """llama-server's CORS, /slots and --tags flags, with its defaults."""
+    from .server.cors import DEFAULT_METHODS
+
+    if "--cors-origins" in have:
+        return
+    serve.add_argument("--cors-origins", default="*", metavar="ORIGINS",
+                       help='origins a browser page may call from: "*" (default), "localhost" (loopback pages '
+                            "only) or a comma-separated list")
+    serve.add_argument("--cors-methods", default=DEFAULT_METHODS, metavar="METHODS",
+                       help=f"methods a preflight allows (default: {DEFAULT_METHODS})")
+    serve.add_argument("--cors-headers", default="*", metavar="HEADERS", help="headers a preflight allows "
+                       "(default: *)")
+    serve.add_argument("--cors-credentials", action=argparse.BooleanOptionalAction, default=True,
+                       help="allow credentials; with --cors-origins * the request's Origin is echoed (default: on)")
+    serve.add_argument("--slots", dest="endpoint_slots", action=argparse.BooleanOptionalAction, default=True,
+                       help="serve GET/POST /slots (--no-slots: 501, as llama-server)")
+    serve.add_argument("--tags", metavar="TAGS", help="the model's tags, comma-separated (shown in /v1/models)")
+
+
+class _FromEnvironment(list):  # type: ignore[type-arg]
+    """The default of a repeatable flag taken from its variable: the command line's own values replace it."""
+
+
+_TRUE, _FALSE = ("on", "enabled", "true", "1"), ("off", "disabled", "false", "0")
+
+
+def from_environment(serve: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Take `environ`'s LLAMA_ARG_* variables as defaults of `serve`'s flags, as llama-server does.
+
+    What cannot be taken (a variable of a flag we refuse, a value that is not the flag's type) is kept in
+    the defaults as `_environment_errors`, for `environment_errors` to raise when serving (building the
+    parser must not fail: `llamaplug info` builds it too).
+    """
+    actions = serve._option_string_actions  # noqa: SLF001
+    errors: list[str] = []
+    for name, flag in LLAMA_ARG_ENV.items():
+        negative = name.replace("LLAMA_ARG_", "LLAMA_ARG_NO_", 1) if name.startswith("LLAMA_ARG_") else None
+        value = "0" if negative is not None and negative in environ else environ.get(name)
+        action = actions.get(flag)
+        if value is None or action is None or name in _ENV_NOT_OURS:
+            continue
+        if isinstance(action, _Refused):
+            errors.append(f"{name} sets {flag}, a llama-server flag that `llamaplug serve` does not implement")
+            continue
+        try:
+            serve.set_defaults(**{action.dest: _value(action, value)})
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            errors.append(f"{name}={value!r} is not a value for {flag}: {exc}")
+    serve.set_defaults(_environment_errors=errors)
+
+
+def _value(action: argparse.Action, text: str) -> Any:
+    if action.nargs == 0:  # a switch (store_true, --x/--no-x)
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ValueError(f"a boolean is one of {', '.join(_TRUE + _FALSE)}")
+    value = action.type(text) if callable(action.type) else text
+    if isinstance(action, argparse._AppendAction):  # noqa: SLF001 - argparse has no public name for it
+        return _FromEnvironment([value])
+    return value
+
+
+def settle(args: argparse.Namespace) -> argparse.Namespace:
+    """After parsing: a repeatable flag given on the command line drops its variable's value (as llama-server,
+    the command line wins), and a variable that could not be taken is an error naming it."""
+    from .errors import InvalidParameterError
+
+    errors = getattr(args, "_environment_errors", [])
+    if errors:
+        raise InvalidParameterError("; ".join(errors), field="environment")
+    for key, value in vars(args).items():
+        if isinstance(value, _FromEnvironment):
+            setattr(args, key, list(value[1:]) if len(value) > 1 else list(value))
+    return args

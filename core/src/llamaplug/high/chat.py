@@ -54,7 +54,7 @@ class Choice(BaseModel):
     index: int
     message: ChatMessage
     finish_reason: FinishReason
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None  # {"content": [...]}: the server's, when a request asks for them
 
 
 class Usage(BaseModel):
@@ -96,6 +96,7 @@ class ChunkChoice(BaseModel):
     index: int
     delta: Delta
     finish_reason: FinishReason | None = None
+    logprobs: dict[str, Any] | None = None
 
 
 class ChatCompletionChunk(BaseModel):

@@ -66,10 +66,12 @@ def completion_job(llama: Llama, prompt: str | list[int], max_tokens: int | None
     room = llama.engine.n_ctx_seq
     if n_prompt >= room:
         per = f"n_ctx / n_seq_max = {room}" if room != llama.context.n_ctx else f"n_ctx = {room}"
-        raise ContextOverflowError(
+        overflow = ContextOverflowError(
             f"the prompt has {n_prompt} {'positions' if media is not None else 'tokens'} but a sequence holds "
             f"{room} ({per}); shorten the prompt or raise n_ctx"
         )
+        overflow.n_prompt_tokens, overflow.n_ctx = n_prompt, room  # for the server's exceed_context_size_error
+        raise overflow
     grammar = response_grammar(response_format)
     if grammar is not None:
         if sampler is not None and not isinstance(sampler, SamplerChain):
@@ -99,23 +101,25 @@ def chat_job(llama: Llama, messages: list[dict[str, Any]], max_tokens: int | Non
              sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
              tools: list[ToolSpec] | None = None, tool_choice: str | dict[str, Any] | None = None,
              response_format: ResponseFormat | None = None, chat_template: str | None = None,
-             own_sampler: bool = False, **options: Any) -> tuple[Job, ChatPlan]:
+             own_sampler: bool = False, logprobs: int | None = None, **options: Any) -> tuple[Job, ChatPlan]:
     """A checked reply to `messages` (see Llama.create_chat_completion), and the plan to read the reply with.
 
     `options` are ChatSpec's other fields (reasoning_format, enable_thinking, chat_template_kwargs,
     reasoning_effort, parallel_tool_calls, grammar, json_schema, continue_final_message, ...). The
-    plan goes to chat.as_chat / ChatStream with the job's chunks.
+    plan goes to chat.as_chat / ChatStream with the job's chunks. `logprobs`: the most likely tokens to give
+    with each sampled one's log probability (None: none).
     """
     try:
         spec = ChatSpec(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
                         chat_template=chat_template, **options)
     except TypeError as exc:
         raise InvalidParameterError(f"unknown chat option: {exc}", field="options") from None
-    return prepare_chat(llama, spec, max_tokens, sampler, stop, own_sampler)
+    return prepare_chat(llama, spec, max_tokens, sampler, stop, own_sampler, logprobs)
 
 
 def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sampler: LlamaSampler | None = None,
-                 stop: str | list[str] | None = None, own_sampler: bool = False) -> tuple[Job, ChatPlan]:
+                 stop: str | list[str] | None = None, own_sampler: bool = False, logprobs: int | None = None
+                 ) -> tuple[Job, ChatPlan]:
     """The job of one chat request, with the prompt, grammar, stops and special tokens llama.cpp's chat layer
     gives for it (the same for every face: Llama, AsyncLlama, every HTTP API, Ray replicas)."""
     model = llama.model
@@ -142,8 +146,8 @@ def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sa
             sampler = sampler.constrained(params["grammar"], prefill=_prefill_tokens(model, params))
         own_sampler = True
     stops = [stop] if isinstance(stop, str) else list(stop or [])
-    job = completion_job(llama, prompt, max_tokens, sampler, stops + list(params["additional_stops"]), None, False,
-                         None, own_sampler)
+    job = completion_job(llama, prompt, max_tokens, sampler, stops + list(params["additional_stops"]), logprobs,
+                         False, None, own_sampler)
     job.render_special = frozenset(preserved_tokens(params, tokenize))
     return job, plan
 

@@ -51,7 +51,23 @@ class ToolResultBlock(_Body):
     is_error: bool | None = None
 
 
-ContentBlock = Annotated[TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+class ThinkingBlock(_Body):
+    """An earlier turn's reasoning: rendered as the assistant message's reasoning_content (as llama-server)."""
+
+    type: Literal["thinking"]
+    thinking: str
+    signature: str | None = None
+
+
+class RedactedThinkingBlock(_Body):
+    """Reasoning a client holds only encrypted: nothing to render."""
+
+    type: Literal["redacted_thinking"]
+    data: str = ""
+
+
+ContentBlock = Annotated[TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
+                         | RedactedThinkingBlock, Field(discriminator="type")]
 
 
 class InputMessage(_Body):
@@ -132,6 +148,17 @@ class ThinkingOut(BaseModel):
     type: Literal["thinking"] = "thinking"
     thinking: str
     signature: str = ""
+
+
+class CountTokensRequest(MessagesRequest):
+    """POST /v1/messages/count_tokens: a Messages request without max_tokens."""
+
+    max_tokens: int | None = Field(None, ge=1)  # type: ignore[assignment]
+    messages: list[InputMessage] = Field(default_factory=list)  # type: ignore[assignment]  # [] counts, as there
+
+
+class TokenCount(BaseModel):
+    input_tokens: int
 
 
 class TextOut(BaseModel):

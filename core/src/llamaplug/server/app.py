@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..high.chat import ChatSettings
 from ..high.llama import Llama
 from . import dialects, request_body
+from .cors import Cors
 from .errors import ApiError
 from .metrics import Metrics
 from .registry import ModelRegistry, Served
@@ -57,9 +58,11 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
 
 
 def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predict: int = -1,
-                   slot_save_path: str | None = None, max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
+                   slot_save_path: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors: Cors | None = None,
+                   endpoint_slots: bool = True) -> FastAPI:
     """The ASGI app serving the models of `registry`, each loaded when first asked for (closed at shutdown);
-    the other arguments as create_app's."""
+    the other arguments as create_app's. `cors`: llama-server's CORS flags (None: its defaults, cors.py);
+    `endpoint_slots` False: /slots answers 501, as llama-server's --no-slots."""
     metrics = Metrics(registry.engines)
     registry.on_unload(metrics.retire)
 
@@ -76,7 +79,8 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.state.models = registry
     app.state.n_predict = n_predict
     app.state.slot_save_path = slot_save_path
-    app.add_middleware(_Guard, api_key=api_key, metrics=metrics, max_body=max_body)
+    app.state.endpoint_slots = endpoint_slots
+    app.add_middleware(_Guard, api_key=api_key, metrics=metrics, max_body=max_body, cors=cors or Cors())
     for router in ROUTERS:
         app.include_router(router)
     dialects.install(app, ROUTERS)
@@ -91,17 +95,18 @@ PUBLIC_PREFIX = "/static/"
 
 
 class _Guard:
-    """The middleware: the API key on every path but /health (when one is set), the HTTP counters of /metrics,
-    and POST bodies read as JSON: read whole before the route runs, at most `max_body` bytes (413), and
-    refused (400) where they hold what llama-server's JSON parser refuses (request_body.py).
+    """The middleware: CORS (cors.py: a preflight is answered here, before the key), the API key on every path
+    but /health (when one is set), the HTTP counters of /metrics, and POST bodies read as JSON: read whole
+    before the route runs, at most `max_body` bytes (413), and refused (400) where they hold what
+    llama-server's JSON parser refuses (request_body.py).
 
     As llama-server, `Authorization: Bearer KEY` or a bare `Authorization: KEY`. Plain ASGI rather than
     Starlette's BaseHTTPMiddleware: that one wraps every request in a task group and a wrapped `receive`,
     a cost each request paid on the event loop, which shares the CPU with the decode threads.
     """
 
-    def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics, max_body: int):
-        self.app, self.api_key, self.metrics, self.max_body = app, api_key, metrics, max_body
+    def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics, max_body: int, cors: Cors):
+        self.app, self.api_key, self.metrics, self.max_body, self.cors = app, api_key, metrics, max_body, cors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -111,6 +116,16 @@ class _Guard:
         metrics.http_requests += 1
         path = scope["path"]
         headers = Headers(scope=scope)
+        origin = self.cors.allow_origin(headers.get("origin"))
+        cors = [(b"access-control-allow-origin", origin.encode("latin-1"))] if origin is not None else []
+        if scope["method"] == "OPTIONS":  # a preflight carries no key: llama-server answers every one
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/html"), (b"content-length", b"0"), *cors,
+                                    *self.cors.preflight()]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if cors:
+            send = _with_headers(send, cors)
         if api_key is not None and path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIX):
             given = headers.get("authorization", "").removeprefix("Bearer ")
             if not (secrets.compare_digest(given.encode(), api_key.encode())
@@ -154,6 +169,17 @@ class _Guard:
         if body is not None:
             await request_body.check_json(body)
         return body
+
+
+def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
+    """`send` adding `extra` to the response's headers."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return sending
 
 
 def _json_body(scope: Scope, headers: Headers) -> None:

@@ -45,7 +45,10 @@ class Dialect:
         self.route_class: type[DialectRoute] = type(f"{type(self).__name__}Route", (DialectRoute,), {"dialect": self})
 
     def body(self, error: ApiError) -> dict[str, Any]:
-        return {"error": {"message": str(error), "type": error.kind, "param": error.param, "code": error.code}}
+        # llama-server's extra fields (exceed_context_size_error's n_prompt_tokens, n_ctx) ride along
+        extra = {k: v for k, v in error.native.items() if k != "type"}
+        return {"error": {"message": str(error), "type": error.kind, "param": error.param, "code": error.code,
+                          **extra}}
 
     def response(self, error: ApiError) -> JSONResponse:
         return JSONResponse(self.body(error), status_code=error.status, headers=error.headers)

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
-from ..errors import BackendError, ClosedError, DecodeError, LlamaError, ModelNotFoundError
+from ..errors import BackendError, ClosedError, ContextOverflowError, DecodeError, LlamaError, ModelNotFoundError
 from .schemas import ErrorBody
 
 # For a route's `responses=`: the statuses its errors may have, in the OpenAPI document.
@@ -51,6 +51,8 @@ def as_api_error(exc: Exception) -> ApiError:
     """The status and error shape of what a request raised."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, ContextOverflowError) and hasattr(exc, "n_prompt_tokens"):
+        return exceeds_context(exc.n_prompt_tokens, exc.n_ctx)  # type: ignore[attr-defined]
     if isinstance(exc, LlamaError):
         for kind in type(exc).__mro__:
             if kind in STATUS_BY_CLASS:
@@ -66,3 +68,10 @@ def as_api_error(exc: Exception) -> ApiError:
     if isinstance(exc, HTTPException):
         return ApiError(exc.status_code, str(exc.detail))
     raise TypeError(f"no API error for {type(exc).__name__}")  # dialects.install handles the kinds above only
+
+
+def exceeds_context(n_prompt: int, n_ctx: int, param: str | None = "messages") -> ApiError:
+    """llama-server's error for a prompt longer than a slot: its message, type, n_prompt_tokens and n_ctx."""
+    return ApiError(400, f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), try "
+                         "increasing it", "exceed_context_size_error", param=param, code="exceed_context_size_error",
+                    native={"type": "exceed_context_size_error", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx})

@@ -16,6 +16,7 @@ An unknown key, a wrong type or a table naming no file is an error naming the fi
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,10 +43,22 @@ _KEYS: dict[str, tuple[tuple[type, ...], str]] = {
 }
 
 
-def spec_for_file(path: str | Path, base: dict[str, Any], alias: str | None = None, **own: Any) -> ModelSpec:
-    """The spec of one GGUF (`-m`): `base` LlamaParams fields, `own` overriding them (mmproj, chat_template, ...)."""
+def spec_for_file(path: str | Path, base: dict[str, Any], alias: str | None = None, tags: str | None = None,
+                  **own: Any) -> ModelSpec:
+    """The spec of one GGUF (`-m`): `base` LlamaParams fields, `own` overriding them (mmproj, chat_template, ...).
+
+    `alias` and `tags` are comma-separated, as llama-server's -a and --tags: its names kept sorted (a set there),
+    the first being the model's id and every one of them listed as its aliases.
+    """
     path = Path(path)
-    return _spec(path, alias or path.name, (), base, own, where=f"-m {path}")
+    names = split_names(alias)
+    spec = _spec(path, names[0] if names else path.name, tuple(names[1:]), base, own, where=f"-m {path}")
+    return dataclasses.replace(spec, tags=tuple(split_names(tags)), named=bool(names))
+
+
+def split_names(given: str | None) -> list[str]:
+    """A comma-separated list of names as llama-server reads -a and --tags: stripped, sorted, without repeats."""
+    return sorted({n.strip() for n in (given or "").split(",") if n.strip()})
 
 
 def specs_from_dir(folder: str | Path, base: dict[str, Any]) -> list[ModelSpec]:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..params import SamplerParams
+from .schemas import LogitBias
 
 Prompt = str | list[int | str] | list[str | list[int | str]]
 
@@ -42,6 +43,14 @@ class NativeCompletionRequest(_Native):
     cache_prompt: bool = Field(True, description="accepted; a slot's cached prefix is always reused")
     id_slot: int = Field(-1, ge=-1, description="accepted as a hint; the engine places requests itself")
     return_tokens: bool = False
+    n_probs: int | None = Field(None, ge=0, le=100, description="with each token, the N most likely ones "
+                                "(completion_probabilities)")
+    post_sampling_probs: bool = Field(False, description="completion_probabilities as probabilities (prob, "
+                                      "top_probs) rather than log probabilities")
+    logit_bias: LogitBias | None = Field(None, description='{"token id or text": bias} or [[token, bias], ...]; '
+                                         "false bans the token")
+    grammar: str | None = Field(None, description="a GBNF grammar the output must match")
+    json_schema: dict[str, Any] | None = Field(None, description="a JSON schema the output must match")
 
     def sampling(self, seed: int) -> SamplerParams:
         """The request's sampling: llama-server's defaults where it says nothing, `seed` where it gives none."""

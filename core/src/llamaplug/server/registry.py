@@ -63,6 +63,8 @@ class ModelSpec:
     aliases: tuple[str, ...] = ()
     pooling: str | None = None  # for /v1/embeddings (see Served.of)
     chat_template: str | None = None  # overrides the GGUF's own
+    tags: tuple[str, ...] = ()  # llama-server's --tags: informational, shown in /v1/models
+    named: bool = False  # the id came from -a: /v1/models lists it among the aliases too, as llama-server
 
 
 @dataclasses.dataclass(eq=False)
@@ -193,6 +195,15 @@ class ModelRegistry:
         """(id, state, created, aliases) of the model named `name` (an id or an alias; 404 if none)."""
         e = self._entry(name)
         return e.id, e.state, e.created, e.aliases
+
+    def labels(self, name: str) -> tuple[list[str], list[str]]:
+        """(aliases, tags) that /v1/models shows for the model named `name`, as llama-server lists them: every
+        name -a gave (the id too), and --tags."""
+        e = self._entry(name)
+        if e.spec is None:
+            return list(e.aliases), []
+        names = sorted({e.id, *e.aliases}) if e.spec.named else list(e.aliases)
+        return names, list(e.spec.tags)
 
     def multimodal(self, name: str) -> bool:
         """Whether the model named `name` takes images or audio: its projector is open, or (not loaded) its

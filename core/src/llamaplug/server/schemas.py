@@ -10,8 +10,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..high.chat import Usage
+from ..high.chat import ChatCompletion, Usage
 from ..params import SamplerParams
+
+MAX_CHOICES = 128
+
+# What a client may send as logit_bias: {"token id or text": bias} (OpenAI's, llama-server's), or
+# [[token id or text, bias], ...] (llama-server's); a bias of false bans the token.
+LogitBias = dict[str, float | bool] | list[list[int | str | float | bool]]
 
 
 class _Request(BaseModel):
@@ -55,7 +61,22 @@ class ChatRequest(_Request):
     max_completion_tokens: int | None = Field(None, ge=0)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    logprobs: Literal[False] | None = None
+    n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices, each its own request in the engine's batches "
+                   "(llama-server caps n at its slots; here the ones past the free slots wait)")
+    logprobs: bool | None = Field(None, description="each sampled token's log probability in choices[].logprobs")
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="with logprobs: the most likely tokens at each "
+                                     "step (default 20, as llama-server)")
+    logit_bias: LogitBias | None = Field(None, description='{"token id or text": bias} or [[token, bias], ...] '
+                                         "(llama-server's two shapes); false bans the token")
+    grammar: str | None = Field(None, description="llama-server's: a GBNF grammar the reply must match")
+    json_schema: dict[str, Any] | None = Field(None, description="llama-server's: a JSON schema the reply must "
+                                               "match (response_format wins over it)")
+    timings_per_token: bool = Field(False, description="llama-server's: `timings` on every streamed chunk")
+    return_progress: bool = Field(False, description="llama-server's: a stream's first chunk says how the prompt "
+                                  "was read (prompt_progress: total, cache, processed, time_ms)")
+    continue_final_message: bool | None = Field(None, description="continue the last (assistant) message; needs "
+                                                "add_generation_prompt false, as llama-server")
+    add_generation_prompt: bool = True
     # llama-server's chat-layer fields (common/chat.h): the template's reasoning and tool-call switches.
     parallel_tool_calls: bool | None = None
     reasoning_format: Literal["none", "auto", "deepseek", "deepseek-legacy"] | None = Field(
@@ -63,18 +84,14 @@ class ChatRequest(_Request):
     reasoning_effort: str | None = Field(None, description='given to the template; "none" turns thinking off')
     chat_template_kwargs: dict[str, Any] | None = Field(None, description="extra variables for the chat template "
                                                         "(e.g. enable_thinking)")
-    grammar: str | None = Field(None, description="GBNF grammar the reply must follow (llama-server's field)")
-    json_schema: dict[str, Any] | None = Field(None, description="JSON schema the reply must follow (llama-server's "
-                                               "field; response_format's json_schema does the same)")
-    add_generation_prompt: bool | None = None
-    continue_final_message: bool | None = None
 
     def chat_fields(self) -> dict[str, Any]:
         """The chat layer's fields of this request (None: not given), for Served.chat_options."""
+        given = self.model_fields_set
         return {"parallel_tool_calls": self.parallel_tool_calls, "reasoning_format": self.reasoning_format,
                 "reasoning_effort": self.reasoning_effort, "chat_template_kwargs": self.chat_template_kwargs,
                 "grammar": self.grammar, "json_schema": self.json_schema,
-                "add_generation_prompt": self.add_generation_prompt,
+                "add_generation_prompt": self.add_generation_prompt if "add_generation_prompt" in given else None,
                 "continue_final_message": self.continue_final_message}
 
 
@@ -140,6 +157,7 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "llamaplug"
     aliases: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list, description="llama-server's --tags (informational)")
     status: ModelStatus | None = Field(None, description="as llama-server's router: loaded, loading, unloaded or "
                                                          "sleeping (loads on the next request)")
     capabilities: list[str] = Field(default_factory=lambda: ["completion"],
@@ -163,6 +181,21 @@ class ErrorDetail(BaseModel):
     type: str
     param: str | None = None
     code: str | None = None
+    n_prompt_tokens: int | None = Field(None, description="exceed_context_size_error: the prompt's tokens")
+    n_ctx: int | None = Field(None, description="exceed_context_size_error: what a slot holds")
+
+
+class InputTokens(BaseModel):
+    """llama-server's answer to /v1/responses/input_tokens and /v1/chat/completions/input_tokens."""
+
+    object: Literal["response.input_tokens"] = "response.input_tokens"
+    input_tokens: int
+
+
+class ChatReply(ChatCompletion):
+    """A chat completion with llama-server's `timings` (prompt and generation speed)."""
+
+    timings: dict[str, float] | None = None
 
 
 class ErrorBody(BaseModel):

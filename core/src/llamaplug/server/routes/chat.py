@@ -1,52 +1,177 @@
-"""/v1/chat/completions: a reply through the model's chat template, tool calls and response_format included."""
+"""/v1/chat/completions: a reply through the model's chat template, tool calls and response_format included.
+
+With llama-server's fields too (request_fields.py): logprobs/top_logprobs, n choices (each
+its own job in the engine's batches), logit_bias, grammar and json_schema,
+timings_per_token, return_progress, and its `timings` on every reply.
+"""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from ...high.chat import ChatCompletion, ChatPlan, ChatStream, as_chat
+from ...high.chat import ChatCompletionChunk, ChatPlan, ChatStream, Delta, as_chat
+from ...high.completion import CompletionChunk, CompletionTimings
 from ...high.engine import Job
-from ...high.events import achunks, agather_chunks
-from ...high.requests import chat_job, collect
+from ...high.events import agather, astream
+from ...high.requests import chat_job, collect_many
 from ..deps import served_model, token_limit
 from ..dialects import OPENAI
-from ..errors import ERROR_RESPONSES
+from ..errors import ERROR_RESPONSES, ApiError
 from ..registry import Served
-from ..schemas import ChatRequest
+from ..request_fields import grammar_text, logit_bias, progress, token_entry
+from ..schemas import ChatReply, ChatRequest, InputTokens
 from ..streaming import off_loop, sse, unless_gone
+from .messages import prompt_tokens
+from .native import timings
 
 router = OPENAI.router()
 
 
-@router.post("/v1/chat/completions", response_model=ChatCompletion, responses=ERROR_RESPONSES)
+@router.post("/v1/chat/completions", response_model=ChatReply, responses=ERROR_RESPONSES)
 async def chat(body: ChatRequest, request: Request,
                served: Annotated[Served, Depends(served_model(ChatRequest))]) -> Any:
     llama = served.llama
+    check_fields(body)
     limit = token_limit(request, body.max_completion_tokens if body.max_completion_tokens is not None
                         else body.max_tokens)
+    n_logprobs = _n_logprobs(body)
+    sampling = body.sampling(llama.params.seed)
+    response_format = body.response_format
+    formatted = isinstance(response_format, dict) and response_format.get("type") not in (None, "text")
+    if formatted and body.grammar:
+        raise ApiError(400, "Cannot use both json_schema and grammar", param="grammar")
+    # As llama-server: response_format wins over the json_schema field.
+    grammar = grammar_text(body.grammar, None if formatted else body.json_schema)
+    bias = logit_bias(llama.model, body.logit_bias)
+    if bias or grammar:
+        sampling = sampling.model_copy(update={"logit_bias": bias, "grammar": grammar})
+    # grammar and json_schema go to the sampler above (as llama-server's fields); the rest to the chat layer
+    fields = {k: v for k, v in body.chat_fields().items() if k not in ("grammar", "json_schema")}
+    options = served.chat_options(**fields)
 
-    def build() -> tuple[Job, ChatPlan]:
-        sampler = body.sampling(llama.params.seed).build_chain(llama.model)
-        return chat_job(llama, body.messages, limit, sampler, body.stop, body.tools, body.tool_choice,
-                        body.response_format, own_sampler=True, **served.chat_options(**body.chat_fields()))
+    def build() -> tuple[list[Job], ChatPlan]:
+        jobs: list[Job] = []
+        try:
+            for _ in range(body.n):  # n requests of one prompt: each its own sampler, all in the engine's batches
+                job, plan = chat_job(llama, body.messages, limit, sampling.build_chain(llama.model), body.stop,
+                                     body.tools, body.tool_choice, response_format, own_sampler=True,
+                                     logprobs=n_logprobs, **options)
+                jobs.append(job)
+        except BaseException:
+            for job in jobs:
+                job.sampler.close()
+            raise
+        return jobs, plan
 
-    job, plan = await off_loop(build)
+    jobs, plan = await off_loop(build)
     if body.stream:
-        return sse(_events(served, job, ChatStream(served.id, plan)))
-    pieces = await unless_gone(request, agather_chunks(llama.engine, job))
-    return as_chat(collect(pieces, job.prompt), served.id, plan)
+        return sse(_events(served, jobs, plan, body))
+    done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
+    replies = [as_chat(c, served.id, plan) for c in done]
+    choices = []
+    for i, (reply, completion) in enumerate(zip(replies, done)):
+        choice = reply.choices[0].model_copy(update={"index": i})
+        if n_logprobs is not None:
+            choice.logprobs = {"content": [token_entry(llama.model, lp) for lp in completion.logprobs or []]}
+        prefill = _continued(body)
+        if prefill and choice.message.content is not None:  # as llama-server: the whole continued message
+            choice.message = choice.message.model_copy(update={"content": prefill + choice.message.content})
+        choices.append(choice)
+    usage = replies[0].usage
+    n_out = sum(len(c.tokens) for c in done)  # as OpenAI: every choice's tokens
+    usage = usage.model_copy(update={"completion_tokens": n_out, "total_tokens": usage.prompt_tokens + n_out})
+    return ChatReply(**{**replies[0].model_dump(), "choices": choices, "usage": usage},
+                     timings=timings(done[0].timings))
 
 
-async def _events(served: Served, job: Job, stream: ChatStream) -> AsyncIterator[str]:
-    yield stream.first().model_dump_json(exclude_none=True)
-    async for piece in achunks(served.llama.engine, job):
-        for out in stream.feed(piece):
-            yield out.model_dump_json(exclude_none=True)
+def _continued(body: ChatRequest) -> str:
+    """The text of the assistant message that `continue_final_message` continues ("" if none)."""
+    last = body.messages[-1] if body.continue_final_message else {}
+    content = last.get("content") if last.get("role") == "assistant" else None
+    return content if isinstance(content, str) else ""
 
 
-# llama-server's spelling without /v1 (one operation in the OpenAPI document).
-router.add_api_route("/chat/completions", chat, methods=["POST"], response_model=ChatCompletion,
+def _n_logprobs(body: ChatRequest) -> int | None:
+    """The top tokens to give with each sampled one (None: no logprobs), with llama-server's rules."""
+    if not body.logprobs:
+        if body.top_logprobs is not None:
+            raise ApiError(400, "top_logprobs requires logprobs to be set to true", param="top_logprobs")
+        return None
+    if body.tools and body.stream:
+        raise ApiError(400, "logprobs is not supported with tools + stream", param="logprobs")
+    return 20 if body.top_logprobs is None else body.top_logprobs
+
+
+def check_fields(body: ChatRequest) -> None:
+    """llama-server's 400s for fields that exclude each other."""
+    if body.continue_final_message and body.add_generation_prompt:
+        raise ApiError(400, "Cannot set both add_generation_prompt and continue_final_message to true.",
+                       param="continue_final_message")
+    if body.grammar and body.tools and body.tool_choice != "none":
+        raise ApiError(400, "Cannot use custom grammar constraints with tools.", param="grammar")
+
+
+async def _events(served: Served, jobs: list[Job], plan: ChatPlan, body: ChatRequest) -> AsyncIterator[str]:
+    model = served.llama.model
+    streams = [ChatStream(served.id, plan) for _ in jobs]
+    pending: list[list[dict[str, Any]]] = [[] for _ in jobs]  # logprobs of tokens whose text is held back
+    for i, stream in enumerate(streams):
+        yield _chunk(stream.first(), i)
+    started = [False] * len(jobs)
+    async for i, piece in astream(served.llama.engine, jobs):
+        job = jobs[i]
+        extra: dict[str, Any] = {}
+        if body.return_progress and not started[i]:
+            extra["prompt_progress"] = progress(job)
+        started[i] = True
+        if piece.logprobs:
+            pending[i] += [token_entry(model, lp) for lp in piece.logprobs]
+        outs = streams[i].feed(piece)
+        for k, out in enumerate(outs):
+            last = k == len(outs) - 1
+            if pending[i] and (out.choices[0].delta.content or out.choices[0].finish_reason):
+                out.choices[0].logprobs = {"content": pending[i]}
+                pending[i] = []
+            fields = extra if k == 0 else {}
+            if last and (body.timings_per_token or piece.stop_reason is not None):
+                fields = {**fields, "timings": timings(_so_far(job, piece))}
+            yield _chunk(out, i, fields)
+        if not outs and extra:  # the text is held back, but the prompt is read: say so now
+            yield _chunk(streams[i].chunk(Delta()), i, extra)
+
+
+def _so_far(job: Job, piece: CompletionChunk) -> CompletionTimings:
+    """The timings of `job` now: its final chunk's, or what its fields say while it runs."""
+    if piece.timings is not None:
+        return piece.timings
+    now = time.perf_counter()
+    first = job.first_token or now
+    return CompletionTimings(job.n_prompt, (first - job.started) * 1e3, job.produced, (now - first) * 1e3,
+                             job.cached)
+
+
+def _chunk(out: ChatCompletionChunk, index: int, extra: dict[str, Any] | None = None) -> str:
+    out.choices[0].index = index
+    text = out.model_dump_json(exclude_none=True)
+    if not extra:
+        return text
+    return json.dumps({**json.loads(text), **extra})
+
+
+@router.post("/v1/chat/completions/input_tokens", response_model=InputTokens, responses=ERROR_RESPONSES)
+async def input_tokens(body: ChatRequest,
+                       served: Annotated[Served, Depends(served_model(ChatRequest))]) -> InputTokens:
+    """llama-server's count of the prompt a request would have (no generation, no context check)."""
+    return InputTokens(input_tokens=prompt_tokens(served, body))
+
+
+# llama-server's spellings without /v1 (one operation each in the OpenAPI document).
+router.add_api_route("/chat/completions/input_tokens", input_tokens, methods=["POST"], response_model=InputTokens,
+                     responses=ERROR_RESPONSES, include_in_schema=False)
+router.add_api_route("/chat/completions", chat, methods=["POST"], response_model=ChatReply,
                      responses=ERROR_RESPONSES, include_in_schema=False)

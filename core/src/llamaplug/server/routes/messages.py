@@ -19,20 +19,26 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from ...high.chat import ChatPlan, ChatStream, as_chat
+from ...errors import InvalidParameterError
+from ...high.chat import ChatPlan, ChatSpec, ChatStream, as_chat, plan_chat
+from ...high.chat_template import ChatTemplate
 from ...high.completion import CompletionChunk, CompletionTimings, StopReason
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
 from ..anthropic_schemas import (
+    CountTokensRequest,
     ErrorBody,
     ImageBlock,
     MessageResponse,
     MessagesRequest,
     MessageUsage,
+    RedactedThinkingBlock,
     TextBlock,
     TextOut,
+    ThinkingBlock,
     ThinkingOut,
+    TokenCount,
     ToolResultBlock,
     ToolUseBlock,
     ToolUseOut,
@@ -77,6 +83,34 @@ async def messages(body: MessagesRequest, request: Request,
                            usage=_usage(done.timings, len(done.tokens)))
 
 
+@router.post("/v1/messages/count_tokens", response_model=TokenCount,
+             responses={code: {"model": ErrorBody} for code in (400, 401, 404, 503)})
+async def count_tokens(body: CountTokensRequest,
+                       served: Annotated[Served, Depends(served_model(CountTokensRequest))]) -> TokenCount:
+    """The prompt's tokens, as the chat path renders it (llama-server's count: no generation, no context check)."""
+    if not body.messages:  # (a chat request needs a message: count the template alone)
+        return TokenCount(input_tokens=prompt_tokens(served, ChatRequest.model_construct(messages=[])))
+    return TokenCount(input_tokens=prompt_tokens(served, as_chat_request(body)))
+
+
+def prompt_tokens(served: Served, chat: ChatRequest) -> int:
+    """How many tokens `chat`'s messages (and tools) are, rendered by the model's chat template."""
+    llama = served.llama
+    tools = chat.tools if chat.tools and chat.tool_choice != "none" else None
+    if not chat.messages:  # llama-server counts the template's own tokens (its generation prompt)
+        template = ChatTemplate.for_model(llama.model, served.chat_template)
+        prompt = template.render([], add_generation_prompt=True, tools=tools)
+        return len(llama.model.tokenize(prompt, llama.model.add_bos, special=True))
+    options = served.chat_options()
+    try:
+        plan = plan_chat(llama, ChatSpec(chat.messages, tools=tools, **options))
+    except InvalidParameterError as exc:
+        if exc.field != "tools":
+            raise
+        plan = plan_chat(llama, ChatSpec(chat.messages, **options))  # a template with no place for them
+    return len(llama.model.tokenize(plan.params["prompt"], llama.model.add_bos, special=True))
+
+
 def as_chat_request(body: MessagesRequest) -> ChatRequest:
     """The chat request that asks for what `body` asks for."""
     messages: list[dict[str, Any]] = []
@@ -108,8 +142,13 @@ def _chat_messages(role: str, content: str | list[Any], where: str) -> list[dict
     results: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
+    reasoning: list[str] = []
     for j, block in enumerate(content):
-        if isinstance(block, ToolUseBlock):
+        if isinstance(block, ThinkingBlock):
+            reasoning.append(block.thinking)
+        elif isinstance(block, RedactedThinkingBlock):
+            continue
+        elif isinstance(block, ToolUseBlock):
             if role != "assistant":
                 raise ApiError(400, f"{where}.content[{j}]: tool_use blocks belong to assistant messages",
                                param=f"{where}.content[{j}]")
@@ -124,10 +163,12 @@ def _chat_messages(role: str, content: str | list[Any], where: str) -> list[dict
                             "content": given if isinstance(given, str) else [_part(b) for b in given]})
         else:
             parts.append(_part(block))
-    if parts or calls:
-        message: dict[str, Any] = {"role": role, "content": parts or None}
+    if parts or calls or reasoning:
+        message: dict[str, Any] = {"role": role, "content": parts or (None if calls else "")}
         if calls:
             message["tool_calls"] = calls
+        if reasoning:
+            message["reasoning_content"] = "\n".join(reasoning)
         results.append(message)
     return results
 

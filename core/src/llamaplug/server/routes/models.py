@@ -30,7 +30,8 @@ router.add_api_route("/models", models, methods=["GET"], responses=ERROR_RESPONS
 
 
 def card(registry: ModelRegistry, name: str) -> ModelCard:
-    ident, state, created, aliases = registry.describe(name)
+    ident, state, created, _ = registry.describe(name)
+    aliases, tags = registry.labels(name)
     capabilities = ["completion", "multimodal"] if registry.multimodal(name) else ["completion"]
-    return ModelCard(id=ident, created=created, aliases=list(aliases), status=ModelStatus(value=state.value),
+    return ModelCard(id=ident, created=created, aliases=aliases, tags=tags, status=ModelStatus(value=state.value),
                      capabilities=capabilities)

@@ -19,7 +19,7 @@ from fastapi import Depends, Request
 from fastapi.responses import StreamingResponse
 
 from ...errors import LlamaError
-from ...high.completion import Completion, CompletionChunk, CompletionTimings, StopReason
+from ...high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob
 from ...high.engine import Job
 from ...high.events import agather, astream
 from ...high.requests import collect_many, completion_jobs
@@ -29,6 +29,7 @@ from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import NativeCompletionRequest
 from ..registry import Served
+from ..request_fields import grammar_text, logit_bias, token_entry
 from ..streaming import off_loop, unless_gone
 
 router = NATIVE.router()
@@ -56,14 +57,19 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     llama = served.llama
     n_predict = body.n_predict if body.n_predict is not None else request.app.state.n_predict
     sampling = body.sampling(llama.params.seed)
+    extra = {"logit_bias": logit_bias(llama.model, body.logit_bias),
+             "grammar": grammar_text(getattr(body, "grammar", None), getattr(body, "json_schema", None))}
+    if any(extra.values()):
+        sampling = sampling.model_copy(update=extra)
+    n_probs = body.n_probs or None  # llama-server: 0 gives none
     jobs = await off_loop(lambda: completion_jobs(llama, prompts, None if n_predict < 0 else n_predict, sampling,
-                                                  body.stop))
+                                                  body.stop, n_probs))
     settings = _settings(sampling, n_predict, body)
     if body.stream:
-        return StreamingResponse(_events(served, jobs, texts, settings), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(_events(served, jobs, texts, settings, body.post_sampling_probs),
+                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
     done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
-    results = [result(served, i, c, texts[i], settings, body.return_tokens)
+    results = [result(served, i, c, texts[i], settings, body.stop or [], body.return_tokens, body.post_sampling_probs)
                for i, c in enumerate(done)]
     return results[0] if len(results) == 1 else results
 
@@ -103,17 +109,28 @@ def prompt_tokens(served: Served, prompt: str | list[int | str]) -> list[int]:
 
 
 def result(served: Served, index: int, done: Completion, prompt: str, settings: dict[str, Any],
-           return_tokens: bool) -> dict[str, Any]:
-    """llama-server's final result of one prompt."""
+           stops: list[str], return_tokens: bool, post: bool = False) -> dict[str, Any]:
+    """llama-server's final result of one prompt (completion_probabilities when the job read logprobs)."""
     reason = done.stop_reason
     word = done.stop_string or ""  # set when reason is STOP_SEQUENCE
-    return {"index": index, "content": done.text, "tokens": done.tokens if return_tokens else [], "id_slot": -1,
-            "stop": True, "model": served.id, "tokens_predicted": len(done.tokens),
+    probs = {} if done.logprobs is None else {
+        "completion_probabilities": [token_entry(served.llama.model, _after_chain(lp, settings, post), post)
+                                     for lp in done.logprobs]}
+    return {**probs, "index": index, "content": done.text, "tokens": done.tokens if return_tokens else [],
+            "id_slot": -1, "stop": True, "model": served.id, "tokens_predicted": len(done.tokens),
             "tokens_evaluated": len(done.prompt_tokens), "generation_settings": settings, "prompt": prompt,
             "has_new_line": "\n" in done.text, "truncated": False, "stop_type": _STOP_TYPES[reason],
             # tokens_cached is llama-server's n_past: the last generated token is not decoded
             "stopping_word": word, "tokens_cached": len(done.prompt_tokens) + max(0, len(done.tokens) - 1),
             "timings": timings(done.timings)}
+
+
+def _after_chain(lp: TokenLogprob, settings: dict[str, Any], post: bool) -> TokenLogprob:
+    """post_sampling_probs of a greedy request: the chain leaves the one token, probability 1 (as llama-server).
+    Otherwise the probabilities before the chain (the engine does not see the chain's candidates)."""
+    if post and settings["temperature"] <= 0:
+        return TokenLogprob(lp.token, lp.text, 0.0, ((lp.token, 0.0),))
+    return lp
 
 
 def timings(t: CompletionTimings) -> dict[str, float]:
@@ -135,7 +152,7 @@ def _settings(sampling: SamplerParams, n_predict: int, body: NativeCompletionReq
             "samplers": list(sampling.samplers)}
 
 
-async def _events(served: Served, jobs: list[Job], texts: list[str], settings: dict[str, Any]
+async def _events(served: Served, jobs: list[Job], texts: list[str], settings: dict[str, Any], post: bool = False
                   ) -> AsyncIterator[str]:
     """llama-server's stream: a partial result per piece, then each prompt's final one (no [DONE])."""
     pieces: list[list[CompletionChunk]] = [[] for _ in jobs]
@@ -145,12 +162,16 @@ async def _events(served: Served, jobs: list[Job], texts: list[str], settings: d
             if chunk.stop_reason is None:
                 if chunk.text or chunk.tokens:
                     produced = sum(len(c.tokens) for c in pieces[i])
+                    probs = {} if chunk.logprobs is None else {"completion_probabilities": [
+                        token_entry(served.llama.model, _after_chain(lp, settings, post), post)
+                        for lp in chunk.logprobs]}
                     yield _event({"index": i, "content": chunk.text, "tokens": chunk.tokens, "stop": False,
                                   "id_slot": -1, "tokens_predicted": produced,
-                                  "tokens_evaluated": len(jobs[i].prompt)})
+                                  "tokens_evaluated": len(jobs[i].prompt), **probs})
                 continue
             done = collect_many([(0, c) for c in pieces[i]], [jobs[i]])[0]
-            final = result(served, i, done, texts[i], {**settings, "stream": True}, False)
+            final = result(served, i, done, texts[i], {**settings, "stream": True}, settings["stop"], False)
+            final.pop("completion_probabilities", None)  # (each went with its token)
             yield _event({**final, "content": chunk.text})
     except LlamaError as exc:  # the status line is sent: the error is the last event
         yield NATIVE.stream_error(exc)

@@ -32,7 +32,7 @@ router = NATIVE.router()
 
 
 @router.get("/props", responses=ERROR_RESPONSES)
-async def props(served: Annotated[Served, Depends(queried_model)]) -> dict[str, Any]:
+async def props(request: Request, served: Annotated[Served, Depends(queried_model)]) -> dict[str, Any]:
     llama, model = served.llama, served.llama.model
     template = ChatTemplate.for_model(model, served.chat_template)
     defaults = llama.params
@@ -42,13 +42,17 @@ async def props(served: Annotated[Served, Depends(queried_model)]) -> dict[str, 
         "total_slots": llama.engine.n_slots, "model_alias": served.id, "model_path": str(defaults.model_path),
         "modalities": {"vision": llama.projector is not None, "audio": False, "video": False},
         "chat_template": template.source or "", "bos_token": template.bos_token, "eos_token": template.eos_token,
-        "build_info": _build_info(), "endpoint_slots": True, "endpoint_props": False, "endpoint_metrics": True,
+        "build_info": _build_info(), "endpoint_slots": getattr(request.app.state, "endpoint_slots", True),
+        "endpoint_props": False, "endpoint_metrics": True,
         "is_sleeping": False,
     }
 
 
-@router.get("/slots", responses=ERROR_RESPONSES)
-async def slots(served: Annotated[Served, Depends(queried_model)]) -> list[dict[str, Any]]:
+@router.get("/slots", responses={**ERROR_RESPONSES, 501: ERROR_RESPONSES[400]})
+async def slots(request: Request, served: Annotated[Served, Depends(queried_model)]) -> list[dict[str, Any]]:
+    if not getattr(request.app.state, "endpoint_slots", True):
+        raise ApiError(501, "This server does not support slots endpoint. Start it with `--slots`",
+                       "not_supported_error")
     engine = served.llama.engine
     return [{"id": i, "n_ctx": engine.n_ctx_seq, "speculative": False, "is_processing": running}
             for i, running in enumerate(engine.slots_running())]

@@ -44,8 +44,10 @@ from ..responses_schemas import (
     ResponsesRequest,
     ResponseUsage,
 )
-from ..schemas import ChatRequest
+from ..schemas import ChatRequest, InputTokens
 from ..streaming import named_sse, off_loop, unless_gone
+from .messages import prompt_tokens
+from .native import timings
 
 router = RESPONSES.router()
 
@@ -81,6 +83,18 @@ async def responses(body: ResponsesRequest, request: Request,
         items.append(reply.message(choice.message.content, "incomplete" if incomplete else "completed"))
     items += [reply.call(c, "completed") for c in choice.message.tool_calls or []]
     return reply.response(items, incomplete, done.timings.prompt_tokens, len(done.tokens), done.timings.cached_tokens)
+
+
+@router.post("/v1/responses/input_tokens", response_model=InputTokens, responses=ERROR_RESPONSES)
+async def input_tokens(body: ResponsesRequest,
+                       served: Annotated[Served, Depends(served_model(ResponsesRequest))]) -> InputTokens:
+    """llama-server's count of the prompt a request would have (no generation, no context check)."""
+    return InputTokens(input_tokens=prompt_tokens(served, as_chat_request(body)))
+
+
+# llama-server's spelling without /v1 (one operation in the OpenAPI document).
+router.add_api_route("/responses/input_tokens", input_tokens, methods=["POST"], response_model=InputTokens,
+                     responses=ERROR_RESPONSES, include_in_schema=False)
 
 
 def as_chat_request(body: ResponsesRequest) -> ChatRequest:
@@ -276,4 +290,6 @@ async def _events(served: Served, reply: _Reply, job: Job, plan: ChatPlan) -> As
                 assert piece.timings is not None  # the final chunk carries them
                 final = reply.response(items.items, incomplete, piece.timings.prompt_tokens, tokens,
                                        piece.timings.cached_tokens)
-                yield reply.event("response.incomplete" if incomplete else "response.completed", response=final)
+                # llama-server's telemetry: the last event carries its `timings`
+                yield reply.event("response.incomplete" if incomplete else "response.completed", response=final,
+                                  timings=timings(piece.timings))
