@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import numpy as np
+from typing_extensions import Unpack
 
 from ..blocks.sampling import LlamaSampler
 from ..params import LlamaParams
@@ -22,7 +23,8 @@ from .engine import Job
 from .events import achunks, agather, agather_chunks
 from .llama import Llama
 from .requests import Samplers, chat_job, collect, collect_many, completion_job, completion_jobs
-from .structured import ResponseFormat
+from .sampling_options import SamplingOptions, call_sampler, calls_samplers
+from .structured import ResponseFormat, with_parsed
 from .tool_schema import ToolSpec
 
 
@@ -33,37 +35,44 @@ class AsyncLlama:
         self.llama = llama
 
     @classmethod
-    async def load(cls, params: LlamaParams | str) -> AsyncLlama:
-        return cls(await asyncio.to_thread(Llama.load, params))
+    async def load(cls, params: LlamaParams | str, **options: Any) -> AsyncLlama:
+        """As Llama.load (`options`: LlamaParams fields), in a worker thread."""
+        return cls(await asyncio.to_thread(Llama.load, params, **options))
 
     async def create_completion(self, prompt: str | list[int], max_tokens: int | None = 16,
                                 sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
                                 stream: bool = False, logprobs: int | None = None, special: bool = False,
-                                response_format: ResponseFormat | None = None
+                                response_format: ResponseFormat | None = None, **sampling: Unpack[SamplingOptions]
                                 ) -> Completion | AsyncIterator[CompletionChunk]:
         """As Llama.create_completion; with stream=True, an async iterator of chunks."""
-        job = completion_job(self.llama, prompt, max_tokens, sampler, stop, logprobs, special, response_format)
+        chain, own = call_sampler(self.llama, sampler, sampling, "create_completion")
+        job = completion_job(self.llama, prompt, max_tokens, chain, stop, logprobs, special, response_format, own)
         if stream:
             return achunks(self.llama.engine, job)
-        return collect(await agather_chunks(self.llama.engine, job), job.prompt)
+        return with_parsed(collect(await agather_chunks(self.llama.engine, job), job.prompt), response_format)
 
     async def create_completions(self, prompts: Sequence[str | list[int]], max_tokens: int | None = 16,
                                  sampler: Samplers = None, stop: str | list[str] | None = None,
                                  logprobs: int | None = None, special: bool = False,
-                                 response_format: ResponseFormat | None = None) -> list[Completion]:
+                                 response_format: ResponseFormat | None = None,
+                                 **sampling: Unpack[SamplingOptions]) -> list[Completion]:
+        sampler = calls_samplers(self.llama, sampler, sampling, "create_completions")
         jobs = completion_jobs(self.llama, prompts, max_tokens, sampler, stop, logprobs, special, response_format)
-        return collect_many(await agather(self.llama.engine, jobs), jobs)
+        return [with_parsed(done, response_format) for done in collect_many(await agather(self.llama.engine, jobs),
+                                                                            jobs)]
 
     async def create_chat_completion(self, messages: list[dict[str, Any]], max_tokens: int | None = None,
                                      sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
                                      stream: bool = False, tools: list[ToolSpec] | None = None,
                                      tool_choice: str | dict[str, Any] | None = None,
-                                     response_format: ResponseFormat | None = None, chat_template: str | None = None
+                                     response_format: ResponseFormat | None = None, chat_template: str | None = None,
+                                     **sampling: Unpack[SamplingOptions]
                                      ) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
         """As Llama.create_chat_completion; with stream=True, an async iterator of OpenAI chunks."""
         llama = self.llama
-        job, kind = chat_job(llama, messages, max_tokens, sampler, stop, tools, tool_choice, response_format,
-                             chat_template)
+        chain, own = call_sampler(llama, sampler, sampling, "create_chat_completion")
+        job, kind = chat_job(llama, messages, max_tokens, chain, stop, tools, tool_choice, response_format,
+                             chat_template, own)
         name = llama.params.model_path.name
         if stream:
             return self._chat_chunks(job, ChatStream(name, kind))

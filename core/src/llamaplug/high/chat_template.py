@@ -103,8 +103,38 @@ class ChatTemplate:
         except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError) as exc:
             raise ChatTemplateError(f"the chat template failed: {type(exc).__name__}: {exc}") from None
 
+    @property
+    def renders_tools(self) -> bool:
+        """Whether the template puts `tools` into the prompt (llama.cpp's test: render a tool, look for its name)."""
+        return self.source is not None and _renders_tools(self.source)
+
     def __repr__(self) -> str:
         return f"<ChatTemplate {'jinja' if self.source else self.name}>"
+
+
+_PROBE_TOOL = "llamaplug_probe_tool_name"
+
+
+@functools.lru_cache(maxsize=64)
+def _renders_tools(source: str) -> bool:
+    tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "probe",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    try:
+        text = ChatTemplate(source).render([{"role": "user", "content": "hi"}], tools=[tool])
+    except ChatTemplateError:
+        return False
+    return _PROBE_TOOL in text
+
+
+def require_tools_rendered(template: ChatTemplate, model_name: str) -> None:
+    """Refuse tools that the template would drop without a word (tool_choice "auto"): the model would never see
+    them, so never call one."""
+    if not template.renders_tools:
+        raise ChatTemplateError(
+            f"the chat template of {model_name} does not render tools, so the model would never see them: use a "
+            "model whose template takes tools (Qwen2.5, Llama 3.1, Mistral, Hermes...), pass chat_template= one "
+            "that does, describe the tools in a system message yourself, or force a call with "
+            'tool_choice="required" (its grammar makes the model call one)')
 
 
 def _token_text(model: LlamaModel, token: int | None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import enum
+from typing import Any
 
 
 class StopReason(str, enum.Enum):
@@ -61,6 +62,7 @@ class Completion:
     timings: CompletionTimings
     stop_reason: StopReason
     prompt_tokens: list[int] = dataclasses.field(default_factory=list)
+    parsed: Any = None  # response_format=PydanticModel: the reply validated as one (structured.with_parsed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,7 @@ from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import SamplerParams
 from ..plugin_api import MediaPrompt
 from .chat import check_messages, render, render_prompt
+from .chat_template import require_tools_rendered
 from .completion import Completion, CompletionChunk, TokenLogprob
 from .engine import Job
 from .structured import ResponseFormat, as_response_format
@@ -202,6 +203,8 @@ def _chat_prompt(llama: Llama, messages: list[dict[str, Any]], sampler: LlamaSam
             llama, check_messages(flat), chat_template, tools if use_tools else None))
     else:
         tokens, template = render(llama, check_messages(messages), chat_template, tools if use_tools else None)
+    if use_tools and tool_choice in (None, "auto"):  # a forced call has its grammar: the call happens anyway
+        require_tools_rendered(template, llama.model.path.name)
     kind = tool_family(template) if use_tools else None
     if use_tools and tool_choice not in (None, "auto"):
         if response_format is not None:

@@ -72,7 +72,7 @@ async def messages(body: MessagesRequest, request: Request,
                    served: Annotated[Served, Depends(served_model(MessagesRequest))]) -> Any:
     llama = served.llama
     chat = as_chat_request(body)
-    sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
+    sampler = chat.sampling(llama.params.seed, served.sampling).build_chain(llama.model)
     job, kind = chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
                          chat.response_format, own_sampler=True)
     ident = f"msg_{uuid.uuid4().hex[:24]}"

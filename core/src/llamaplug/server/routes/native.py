@@ -54,7 +54,7 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     """Generate for each prompt (token ids) and answer in llama-server's shape: one result, a list, or a stream."""
     llama = served.llama
     n_predict = body.n_predict if body.n_predict is not None else request.app.state.n_predict
-    sampling = body.sampling(llama.params.seed)
+    sampling = body.sampling(llama.params.seed, served.sampling)
     jobs = completion_jobs(llama, prompts, None if n_predict < 0 else n_predict, sampling, body.stop)
     settings = _settings(sampling, n_predict, body)
     if body.stream:

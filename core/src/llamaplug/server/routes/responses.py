@@ -56,7 +56,7 @@ async def responses(body: ResponsesRequest, request: Request,
                             "conversation as input", param="previous_response_id", code="unsupported_parameter")
     llama = served.llama
     chat = as_chat_request(body)
-    sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
+    sampler = chat.sampling(llama.params.seed, served.sampling).build_chain(llama.model)
     job, kind = chat_job(llama, chat.messages, token_limit(request, chat.max_tokens), sampler, None, chat.tools,
                          chat.tool_choice, chat.response_format, own_sampler=True)
     reply = _Reply(served, body)
