@@ -16,7 +16,7 @@ import numpy as np
 from typing_extensions import Unpack
 
 from ..blocks.sampling import LlamaSampler
-from ..params import LlamaParams
+from ..params import LlamaParams, SamplerParams
 from .chat import ChatCompletion, ChatCompletionChunk, ChatStream, as_chat
 from .completion import Completion, CompletionChunk
 from .engine import Job
@@ -40,7 +40,8 @@ class AsyncLlama:
         return cls(await asyncio.to_thread(Llama.load, params, **options))
 
     async def create_completion(self, prompt: str | list[int], max_tokens: int | None = 16,
-                                sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
+                                sampler: LlamaSampler | SamplerParams | str | None = None,
+                                stop: str | list[str] | None = None,
                                 stream: bool = False, logprobs: int | None = None, special: bool = False,
                                 response_format: ResponseFormat | None = None, **sampling: Unpack[SamplingOptions]
                                 ) -> Completion | AsyncIterator[CompletionChunk]:
@@ -62,7 +63,8 @@ class AsyncLlama:
                                                                             jobs)]
 
     async def create_chat_completion(self, messages: list[dict[str, Any]], max_tokens: int | None = None,
-                                     sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
+                                     sampler: LlamaSampler | SamplerParams | str | None = None,
+                                stop: str | list[str] | None = None,
                                      stream: bool = False, tools: list[ToolSpec] | None = None,
                                      tool_choice: str | dict[str, Any] | None = None,
                                      response_format: ResponseFormat | None = None, chat_template: str | None = None,

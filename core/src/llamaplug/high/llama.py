@@ -19,7 +19,7 @@ from ..blocks.context import LlamaContext
 from ..blocks.model import LlamaModel
 from ..blocks.sampling import LlamaSampler
 from ..errors import InvalidParameterError
-from ..params import LlamaParams
+from ..params import LlamaParams, SamplerParams
 from ..plugin_api import Projector
 from . import events, saved_state
 from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks
@@ -174,7 +174,7 @@ class Llama:
         self,
         prompt: str | list[int],
         max_tokens: int | None = 16,
-        sampler: LlamaSampler | None = None,
+        sampler: LlamaSampler | SamplerParams | str | None = None,
         stop: str | list[str] | None = None,
         stream: bool = False,
         logprobs: int | None = None,
@@ -231,7 +231,8 @@ class Llama:
             return events.stream(self._engine, jobs)
         return [with_parsed(done, response_format) for done in collect_many(events.gather(self._engine, jobs), jobs)]
 
-    def create_infill(self, prefix: str, suffix: str, max_tokens: int | None = 64, sampler: LlamaSampler | None = None,
+    def create_infill(self, prefix: str, suffix: str, max_tokens: int | None = 64,
+                      sampler: LlamaSampler | SamplerParams | str | None = None,
                       stop: str | list[str] | None = None, stream: bool = False,
                       extra: list[dict[str, str]] | None = None, spm: bool = False,
                       **sampling: Unpack[SamplingOptions]) -> Completion | Iterator[CompletionChunk]:
@@ -265,7 +266,7 @@ class Llama:
         self,
         messages: list[dict[str, Any]],
         max_tokens: int | None = None,
-        sampler: LlamaSampler | None = None,
+        sampler: LlamaSampler | SamplerParams | str | None = None,
         stop: str | list[str] | None = None,
         stream: bool = False,
         tools: list[ToolSpec] | None = None,

@@ -12,6 +12,7 @@ no keyword and no sampler is greedy, as before, with nothing built here.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from typing_extensions import TypedDict
@@ -67,7 +68,7 @@ class SamplingOptions(TypedDict, total=False):
     samplers: list[SamplerName]
 
 
-def sampling_params(llama: Llama, options: dict[str, Any], call: str) -> SamplerParams:
+def sampling_params(llama: Llama, options: Mapping[str, Any], call: str) -> SamplerParams:
     """The SamplerParams that a call's sampling keywords give (the Llama's seed where they give none)."""
     fields = {}
     for name, value in options.items():
@@ -83,7 +84,7 @@ def sampling_params(llama: Llama, options: dict[str, Any], call: str) -> Sampler
     return SamplerParams(**fields)
 
 
-def call_sampler(llama: Llama, sampler: Any, options: dict[str, Any], call: str) -> tuple[LlamaSampler | None, bool]:
+def call_sampler(llama: Llama, sampler: Any, options: Mapping[str, Any], call: str) -> tuple[LlamaSampler | None, bool]:
     """(sampler, owned) for a call of one request: `sampler` as given (None, a LlamaSampler), "greedy", a
     SamplerParams, or the chain of the sampling keywords; owned ones were made here and the job closes them."""
     if options:
@@ -101,7 +102,7 @@ def call_sampler(llama: Llama, sampler: Any, options: dict[str, Any], call: str)
                                 f"{type(sampler).__name__} {sampler!r:.60}", field="sampler")
 
 
-def calls_samplers(llama: Llama, sampler: Any, options: dict[str, Any], call: str) -> Any:
+def calls_samplers(llama: Llama, sampler: Any, options: Mapping[str, Any], call: str) -> Any:
     """What a call of many requests passes to requests.samplers_for: its keywords as one SamplerParams."""
     if options:
         if sampler is not None:
