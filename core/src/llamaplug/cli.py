@@ -202,6 +202,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .errors import InvalidParameterError
 
     try:
+        import copy
+
         import uvicorn
 
         from .server.app import create_app_for
@@ -254,9 +256,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"llamaplug serve: {len(specs)} models on http://{args.host}:{args.port}, each loaded when first "
               f"asked for ({', '.join(s.id for s in specs)})", file=sys.stderr, flush=True)
     app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path)
-    # --log info (or debug): uvicorn's access log, one line per request, as llama-server's request log
+    # --log info (or debug): uvicorn's access log, one line per request, on stderr with every other message
+    # (uvicorn's default puts it on stdout), as llama-server logs its requests
     verbose = args.log in ("info", "debug")
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if verbose else "warning", access_log=verbose)
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info" if verbose else "warning", access_log=verbose,
+                log_config=log_config)
     return 0
 
 
