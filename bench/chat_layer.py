@@ -22,7 +22,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "vendor" / "llama.cpp"))
 
 import fetch  # noqa: E402
-
 import llamaplug as lp  # noqa: E402
 from llamaplug.catalog import default_model  # noqa: E402
 from llamaplug.high.chat import ChatSpec, ChatStream, plan_chat  # noqa: E402

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -125,6 +126,8 @@ def main(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {"n_threads": args.threads, "n_threads_batch": args.threads} if args.threads else {}
     if args.backend:
         extra["backends"] = [args.backend]
+    say = (lambda text: None) if args.quiet else (lambda text: print(f"bench: {text}", file=sys.stderr, flush=True))
+    say(f"loading {path}")
     t0 = time.perf_counter()
     llama = Llama.load(LlamaParams(model_path=path, n_ctx=max(2048, args.pp + args.tg + 8), **extra))
     load_ms = (time.perf_counter() - t0) * 1e3
@@ -136,10 +139,14 @@ def main(args: argparse.Namespace) -> int:
         pp_tokens, tg_tokens = text[: args.pp], llama.tokenize("1, 2, 3, 4, 5, 6, 7, 8,")
         complete_greedy(llama, pp_tokens, 1)  # warm-up, as llama-bench
         result: dict[str, Any] = {"model": str(path), "threads": threads, "load_ms": load_ms,
-                                  "backends": [b.name for b in llama.backend.backends() if b.loaded],
-                                  "pp": prompt_rate(llama, pp_tokens, args.inner),
-                                  "tg": generation_rate(llama, tg_tokens, args.tg, args.inner)}
+                                  "backends": [b.name for b in llama.backend.backends() if b.loaded]}
+        say(f"pp{args.pp}: reading the prompt {args.inner} times ({threads} threads)")
+        result["pp"] = prompt_rate(llama, pp_tokens, args.inner)
+        say(f"pp{args.pp}: {result['pp']['tps']:.1f} tokens/s; tg{args.tg}: generating {args.inner} times")
+        result["tg"] = generation_rate(llama, tg_tokens, args.tg, args.inner)
+        say(f"tg{args.tg}: {result['tg']['tps']:.1f} tokens/s")
         if args.batched:
+            say(f"batched: {args.batched} sequences x 64 tokens, {args.inner} times each")
             npl = [int(x) for x in args.batched.split(",")]
             prompts = [llama.tokenize(", ".join(str(k) for k in range(100 * s + 1, 100 * s + 400)))[:16]
                        for s in range(max(npl))]
@@ -160,9 +167,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-m", "--model", help="GGUF file (default: the catalog's default model)")
     p.add_argument("-t", "--threads", type=int)
     p.add_argument("--backend", help="use only this backend plugin (e.g. cuda, vulkan, cpu)")
-    p.add_argument("--pp", type=int, default=512)
-    p.add_argument("--tg", type=int, default=128)
+    p.add_argument("--pp", type=int, default=512, metavar="N",
+                   help="prompt processing: tokens of the prompt read in one go (default 512)")
+    p.add_argument("--tg", type=int, default=128, metavar="N",
+                   help="text generation: tokens generated one by one, greedy (default 128)")
     p.add_argument("--batched", default="1,4,16", help="parallel sequences, comma-separated ('' = skip)")
-    p.add_argument("--inner", type=int, default=3)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--inner", type=int, default=3, metavar="N",
+                   help="runs of each measurement; the fastest counts (default 3)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout instead of the table")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=main)

@@ -45,11 +45,13 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("backends:")
     for status in backend.backends():
         state = "loaded" if status.loaded else ("available" if status.ok else "cannot run")
-        print(f"  {status.name:8} {state:10} {status.reason}  [{status.distribution}]")
+        reason = status.reason or (_RPC_NOTE if status.name == "rpc" and status.loaded else "")
+        print(f"  {status.name:8} {state:10} {reason}  [{status.distribution}]")
     print("devices:")
-    for dev in backend.devices():
+    devices = backend.devices()
+    for dev in devices:
         print(f"  {dev.name:8} {dev.type:5} {dev.description}  free {_gib(dev.memory_free)} / {_gib(dev.memory_total)}")
-    print(f"gpu offload: {backend.supports_gpu_offload()}  mmap: {backend.supports_mmap()}  "
+    print(f"gpu offload: {_offload_words(backend.supports_gpu_offload(), devices)}  mmap: {backend.supports_mmap()}  "
           f"mlock: {backend.supports_mlock()}  rpc: {backend.supports_rpc()}")
     print(f"system: {backend.system_info()}")
     print("models:")
@@ -69,6 +71,19 @@ def cmd_info(args: argparse.Namespace) -> int:
         plugin, line = found
         print(f"  mmproj {args.mmproj}: {line}  [{plugins.distribution_of(plugin) or plugin}]")
     return 0
+
+
+_RPC_NOTE = "(devices of other machines' `llamaplug rpc-server`, used with --rpc HOST:PORT; none until then)"
+
+
+def _offload_words(supported: bool, devices: list) -> str:
+    """llama.cpp's "supports GPU offload" is true with the RPC backend alone: say what it means here."""
+    if not supported:
+        return "no (no GPU backend loaded: every layer runs on the CPU)"
+    gpus = [d.name for d in devices if d.type != "cpu"]
+    if gpus:
+        return f"yes, to {', '.join(gpus)}"
+    return "no GPU here (llama.cpp says yes because the rpc backend can reach remote devices with --rpc)"
 
 
 def model_path(model: str) -> str | Path:
@@ -167,6 +182,54 @@ def chat_settings(args: argparse.Namespace) -> tuple[str | None, object]:
     return template, ChatSettings(args.reasoning_format, thinking, effort, args.chat_template_kwargs or {})
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from .catalog import default_model
+    from .chat_repl import repl
+    from .high.llama import Llama
+
+    path = model_path(args.model_arg or args.model) if (args.model_arg or args.model) else default_model(args.catalog)
+    extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
+    with Llama.load(path, n_ctx=args.ctx_size, log_level=args.log, n_gpu_layers=args.n_gpu_layers, **extra) as llama:
+        sampling = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
+                    "repeat_penalty": args.repeat_penalty, "seed": args.seed}
+        return repl(llama, sampling, None if args.n_predict < 0 else args.n_predict, args.system)
+
+
+def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """llama.cpp's sampling flags and defaults (SamplerParams'), for `run` and `chat`."""
+    parser.add_argument("--temp", type=float, default=0.8, help="temperature (default 0.8; 0 = greedy)")
+    parser.add_argument("--top-k", type=int, default=40, help="default 40; 0 = off")
+    parser.add_argument("--top-p", type=float, default=0.95, help="default 0.95; 1.0 = off")
+    parser.add_argument("--min-p", type=float, default=0.05, help="default 0.05; 0.0 = off")
+    parser.add_argument("--repeat-penalty", type=float, default=1.0, help="default 1.0 = off")
+    parser.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF, help="default: random")
+
+
+# llama-server's flags for the sampling of requests that do not set it: (flags, SamplerParams field, type).
+_REQUEST_DEFAULTS = [
+    (("--temp", "--temperature"), "temperature", float), (("--top-k",), "top_k", int), (("--top-p",), "top_p", float),
+    (("--min-p",), "min_p", float), (("--typical", "--typical-p"), "typical_p", float),
+    (("--repeat-penalty",), "penalty_repeat", float), (("--repeat-last-n",), "penalty_last_n", int),
+    (("--presence-penalty",), "penalty_present", float), (("--frequency-penalty",), "penalty_freq", float),
+]
+
+
+def _add_request_defaults(serve: argparse.ArgumentParser) -> None:
+    for flags, field, kind in _REQUEST_DEFAULTS:
+        serve.add_argument(*flags, dest=f"default_{field}", type=kind, metavar="X",
+                           help=f"{field} of requests that do not give one (llama-server's default otherwise)")
+
+
+def _request_defaults(args: argparse.Namespace) -> dict[str, object]:
+    """The SamplerParams fields that --temp, --top-k, ... set (checked here: a bad one fails at startup)."""
+    from .params import SamplerParams
+
+    given = {field: getattr(args, f"default_{field}") for _, field, _ in _REQUEST_DEFAULTS
+             if getattr(args, f"default_{field}") is not None}
+    SamplerParams(**given)
+    return given
+
+
 def _add_draft_arguments(parser: argparse.ArgumentParser) -> None:
     """Speculative decoding (LlamaParams.draft_*), for `run` and `serve`."""
     parser.add_argument("-md", "--draft-model", help="a small GGUF of the same vocabulary that drafts tokens")
@@ -186,6 +249,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .errors import InvalidParameterError
 
     try:
+        import copy
+
         import uvicorn
 
         from .server.app import create_app_for
@@ -211,6 +276,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         base["n_threads"] = args.threads
     if args.n_batch:
         base["n_batch"] = args.n_batch
+    if args.flash_attn:
+        base["flash_attn_type"] = args.flash_attn
     base.update(_draft_params(args))
     files = args.model or ([] if args.models_dir else [default_model(args.catalog)])
     aliases = args.alias or []
@@ -224,6 +291,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     specs = specs_from_dir(args.models_dir, base) if args.models_dir else []
     specs += [spec_for_file(f, base, aliases[i] if i < len(aliases) else None, mmproj=args.mmproj,
                             pooling=args.pooling, chat_template=template, tags=args.tags) for i, f in enumerate(files)]
+    defaults = _request_defaults(args)
+    if defaults:
+        import dataclasses
+
+        specs = [dataclasses.replace(spec, sampling=defaults) for spec in specs]
     if args.ray:
         if len(specs) != 1:
             raise InvalidParameterError("--ray serves one model (one -m); several models on Ray are not supported yet",
@@ -241,11 +313,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cors = Cors(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials)
     app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
                          max_body=args.max_body_mib * 2**20, cors=cors, endpoint_slots=args.endpoint_slots)
-    limits = uvicorn_options(args.max_header_kib * 1024)
+    # --log info (or debug): uvicorn's access log, one line per request, on stderr with every other message
+    # (uvicorn's default puts it on stdout), as llama-server logs its requests
+    verbose = args.log in ("info", "debug")
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    options = {**uvicorn_options(args.max_header_kib * 1024), "log_level": "info" if verbose else "warning",
+               "access_log": verbose, "log_config": log_config}
     if "," in args.host or args.host.endswith(".sock"):  # llama-server's several addresses, or a unix socket
-        serve_on(app, args.host, args.port, **limits)
+        serve_on(app, args.host, args.port, **options)
     else:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", **limits)
+        uvicorn.run(app, host=args.host, port=args.port, **options)
     return 0
 
 
@@ -278,10 +356,19 @@ INSPECT_JSON = """--json prints one JSON document:
   chat_templates: {"default" (tokenizer.chat_template) or NAME (tokenizer.chat_template.NAME): template}"""
 
 
+def _file_or_catalog(model: str) -> str | Path:
+    """`model` as a file, or a catalog model's name (`llamaplug info` lists them) when no such file exists."""
+    from .catalog import default_model, entries
+
+    if not Path(model).exists() and any(e.name == model for e in entries()):
+        return default_model(model)
+    return model
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .blocks.gguf_info import ARRAY_HEAD, read_gguf_info
 
-    info = read_gguf_info(args.model)
+    info = read_gguf_info(_file_or_catalog(args.model))
     if args.json:
         json.dump(info.to_json(array_items=None if args.all else ARRAY_HEAD), sys.stdout, ensure_ascii=False,
                   indent=2)
@@ -431,12 +518,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("-n", "--n-predict", type=int, default=64)
     run.add_argument("-c", "--ctx-size", type=int, default=0, help="0 = the model's training context")
     run.add_argument("-t", "--threads", type=int)
-    run.add_argument("--temp", type=float, default=0.8)
-    run.add_argument("--top-k", type=int, default=40)
-    run.add_argument("--top-p", type=float, default=0.95)
-    run.add_argument("--min-p", type=float, default=0.05)
-    run.add_argument("--repeat-penalty", type=float, default=1.0)
-    run.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF)
+    _add_sampling_arguments(run)
     run.add_argument("--stop", action="append", default=[])
     run.add_argument("--log", choices=["debug", "info", "warning", "error", "none"])
     run.add_argument("--no-timings", dest="timings", action="store_false")
@@ -447,11 +529,30 @@ def parser() -> argparse.ArgumentParser:
                      help="offload to this device (repeatable; see `llamaplug info`); 'none' = CPU only")
     _add_draft_arguments(run)
     run.set_defaults(func=cmd_run)
+    chat = sub.add_parser("chat", help="chat with a model in the terminal (history, streaming, /bye to leave)",
+                          description="An interactive chat through the model's chat template: each line is a turn, "
+                                      "the reply streams, the conversation is kept until /clear. Commands: /help. "
+                                      "Reads stdin line by line when it is not a terminal.")
+    chat.add_argument("model_arg", nargs="?", metavar="MODEL",
+                      help='a GGUF file or a Hugging Face repo "org/repo[:TAG]" (default: the first installed '
+                           "catalog model)")
+    chat.add_argument("-m", "--model", help="the same as MODEL")
+    chat.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
+    chat.add_argument("--system", help="a system prompt")
+    chat.add_argument("-n", "--n-predict", type=int, default=-1, help="the most tokens a reply has (-1: until the "
+                                                                        "end of the turn)")
+    chat.add_argument("-c", "--ctx-size", type=int, default=4096, help="context size (default 4096; 0 = the "
+                                                                      "model's training context)")
+    chat.add_argument("-t", "--threads", type=int)
+    _add_sampling_arguments(chat)
+    chat.add_argument("--log", choices=["debug", "info", "warning", "error", "none"])
+    chat.add_argument("-ngl", "--n-gpu-layers", default="auto", help='"auto" (fit to free memory), "all" or a count')
+    chat.set_defaults(func=cmd_chat)
     inspect = sub.add_parser("inspect", help="a GGUF file's metadata, tensors, vocabulary and chat template",
                              description="Show what a GGUF file holds, read by llamaplug's own reader "
                                          "(no model is loaded).", epilog=INSPECT_JSON,
                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    inspect.add_argument("model", help="GGUF file")
+    inspect.add_argument("model", help="GGUF file, or a catalog model's name (see `llamaplug info`)")
     inspect.add_argument("--json", action="store_true", help="one JSON document (schema below)")
     inspect.add_argument("--tensors", type=int, default=32, metavar="N", help="tensor rows to show (default 32)")
     inspect.add_argument("--all", action="store_true", help="every tensor row; every array item with --json")
@@ -511,6 +612,9 @@ def parser() -> argparse.ArgumentParser:
                        help="largest request line and headers; longer is a 431 and the connection closes (default 64)")
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
     _add_chat_arguments(serve)
+    serve.add_argument("-fa", "--flash-attn", choices=["on", "off", "auto"], help="Flash Attention (default auto: on "
+                                                                                  "where the backend has it)")
+    _add_request_defaults(serve)
     _add_draft_arguments(serve)
     serve.add_argument("--ray", action="store_true", help='replicas on Ray Serve (pip install "llamaplug[ray]")')
     serve.add_argument("--ray-address", help="the Ray cluster (ray start's address; default: start a local one)")
@@ -585,6 +689,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `llamaplug inspect --json | head`: the reader left; no traceback
+        import os as _os
+
+        devnull = _os.open(_os.devnull, _os.O_WRONLY)
+        _os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout at exit: into nowhere, not the closed pipe
+        return 141
 
 
 if __name__ == "__main__":

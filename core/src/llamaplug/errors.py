@@ -89,18 +89,25 @@ class ContextTooLargeError(LlamaError):
 
     Raised when creating a context (`LlamaContext`, `Llama.load`) whose `n_ctx` needs more memory than
     the machine has, or when llama.cpp fails to allocate its buffers; the message says how much it
-    needs. Do: lower `n_ctx` (the message gives an upper bound), `n_seq_max` or `n_ubatch`, or use a
-    quantized KV cache (`type_k`/`type_v="q8_0"`).
+    needs, and the model's training context. Do: lower `n_ctx` (the message gives an upper bound;
+    `n_ctx=0` takes the training context), `n_seq_max` or `n_ubatch`, or use a quantized KV cache
+    (`type_k`/`type_v="q8_0"`).
+
+    Not raised for an `n_ctx` that fits in memory but is past the training context: that loads (as
+    llama.cpp loads it, for RoPE scaling) with a warning on the "llamaplug.context" logger, as does an
+    `n_ctx` that llama.cpp rounds up (to a multiple of 256 per sequence: 100 becomes 256).
     """
 
 
 class ContextOverflowError(LlamaError):
     """The tokens do not fit in the context window.
 
-    Raised when a prompt (plus `max_tokens`) or an input to embed is longer than a sequence's share of
-    the context, when a decode has no free KV cell (llama_decode's code 1), or a position is past
-    `n_ctx`. Do: shorten the prompt, lower `max_tokens`, raise `n_ctx`, or clear the sequence
-    (`kv_cache_seq_rm`) first.
+    Raised when a prompt or an input to embed is as long as a sequence's share of the context or
+    longer (n_ctx / n_seq_max), when a decode has no free KV cell (llama_decode's code 1), or a
+    position is past `n_ctx`. A prompt that fits but leaves less room than `max_tokens` is not an
+    error: generation stops when the sequence is full, with `stop_reason=StopReason.CONTEXT_FULL`
+    (finish_reason "length" on the server), as llama-server stops. Do: shorten the prompt, raise
+    `n_ctx`, or clear the sequence (`kv_cache_seq_rm`) first.
     """
 
 

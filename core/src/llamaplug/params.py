@@ -8,6 +8,7 @@ Every model raises InvalidParameterError naming the field on bad input.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import os
 from collections.abc import Callable
@@ -118,13 +119,13 @@ class Params(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise _as_invalid(exc, type(self).__name__) from None
+            raise _as_invalid(exc, type(self)) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         try:
             super().__setattr__(name, value)
         except ValidationError as exc:
-            raise _as_invalid(exc, type(self).__name__) from None
+            raise _as_invalid(exc, type(self)) from None
 
     def replace(self, **changes: Any):
         """A validated copy with `changes` applied."""
@@ -147,12 +148,62 @@ def _builder(name: str):
     return with_field
 
 
-def _as_invalid(exc: ValidationError, owner: str) -> InvalidParameterError:
+def _as_invalid(exc: ValidationError, cls: type[BaseModel]) -> InvalidParameterError:
     first = exc.errors()[0]
+    owner = cls.__name__
     field = ".".join(str(part) for part in first["loc"]) or None
     got = first.get("input")
+    if first["type"] == "extra_forbidden" and field:
+        return InvalidParameterError(f"{owner} has no field {field!r}{_did_you_mean(field, cls)}", field=field)
     message = f"{owner}.{field}: {first['msg']} (got {got!r})" if field else f"{owner}: {first['msg']}"
     return InvalidParameterError(message, field=field)
+
+
+# llama-cpp-python's, llama.cpp's command line's and older llamaplug's names for fields (or for what takes their
+# place), so that an unknown field's error says where the setting went.
+RENAMED = {
+    "flash_attn": "flash_attn_type (True, False, \"on\", \"off\" or \"auto\")",
+    "verbose": "log_level (\"info\" shows llama.cpp's messages; progress=True the loading bar)",
+    "chat_handler": "mmproj_path (a multimodal projector GGUF)",
+    "clip_model_path": "mmproj_path",
+    "model": "model_path",
+    "embedding": "embeddings",
+    "lora_path": "lora ([(path, scale)])",
+    "lora_scale": "lora ([(path, scale)])",
+    "draft_model": "draft_model_path (or speculative=\"ngram\")",
+    "n_parallel": "n_seq_max", "parallel": "n_seq_max",
+    "ctx_size": "n_ctx", "threads": "n_threads", "threads_batch": "n_threads_batch",
+    "batch_size": "n_batch", "ubatch_size": "n_ubatch",
+    "cache_type_k": "type_k", "cache_type_v": "type_v",
+    "mlock": "use_mlock", "mmap": "use_mmap", "no_mmap": "use_mmap=False",
+    "ngl": "n_gpu_layers", "gpu_layers": "n_gpu_layers",
+    "pooling": "pooling_type", "rope_scaling": "rope_scaling_type",
+    "no_kv_offload": "offload_kqv=False", "kv_offload": "offload_kqv",
+    "temp": "temperature", "repeat_penalty": "penalty_repeat", "presence_penalty": "penalty_present",
+    "frequency_penalty": "penalty_freq", "repeat_last_n": "penalty_last_n", "last_n_tokens_size": "penalty_last_n",
+    "mirostat_mode": "mirostat",
+}
+# Settings that belong to the calls, not to loading.
+_PER_CALL = {
+    "chat_format": "the GGUF's own chat template is used; pass chat_template= to create_chat_completion for another",
+    "logits_all": "pass logprobs= to create_completion",
+    "n_predict": "pass max_tokens= to the completion calls", "max_tokens": "pass max_tokens= to the completion calls",
+}
+
+
+def _did_you_mean(name: str, cls: type[BaseModel]) -> str:
+    fields = list(cls.model_fields)
+    hint = RENAMED.get(name)
+    target = hint.split(" ", 1)[0].split("=", 1)[0] if hint else name
+    if target in fields:
+        return f"; did you mean {hint!r}?" if hint == target else f"; did you mean {hint}?"
+    if cls is not SamplerParams and name in _PER_CALL:
+        return f": it is not a load setting; {_PER_CALL[name]}"
+    if cls is not SamplerParams and target in SamplerParams.model_fields:
+        return (f": it is a sampling setting, not a load one; pass {name}= to create_completion or "
+                "create_chat_completion (or use a SamplerParams)")
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 class ModelParams(Params):

@@ -69,6 +69,20 @@ def listen(fn: Callable[[int, str], None]) -> Iterator[None]:
         _listeners.remove(fn)
 
 
+_silent = [0]
+
+
+@contextlib.contextmanager
+def silenced() -> Iterator[None]:
+    """Log no warning or error of llama.cpp's inside the block (captures and listeners still get them): for a
+    native call whose failure a later call repeats and reports (the fit before a load)."""
+    _silent[0] += 1
+    try:
+        yield
+    finally:
+        _silent[0] -= 1
+
+
 @ffi.def_extern(onerror=_callback_errors.store)
 def _llamaplug_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
     py_level = _state["level"] if level == _CONT else _GGML.get(level, logging.INFO)
@@ -81,9 +95,11 @@ def _llamaplug_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
         if message:
             for lines in _captures:
                 lines.append(message)
-    if py_level < _threshold[0]:
-        return
+    # Every message sets the level its continuations inherit, the dropped ones too: else the dots of a later
+    # load's progress (CONT) inherited the last error that passed and were printed after a failed load.
     _state["level"] = py_level
+    if py_level < _threshold[0] or (_silent[0] and py_level >= logging.WARNING):
+        return
     chunk = _state["pending"] + ffi.string(text).decode("utf-8", "replace")
     *lines, _state["pending"] = chunk.split("\n")
     for line in lines:

@@ -12,6 +12,7 @@ their names without a forwarding layer: the KV cache (kv_cache.py), its saved st
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..errors import (
     native_error,
     raise_for_status,
 )
-from ..params import ContextParams, PoolingType, SamplerParams
+from ..params import ContextParams, PoolingType, RopeScalingType, SamplerParams
 from ..plugins import pm
 from ..raw import ffi, lib
 from . import _callback_errors, _native_log
@@ -37,12 +38,28 @@ from .model import LlamaModel
 from .sampling import SamplerChain
 from .state import ContextState
 
+log = logging.getLogger("llamaplug.context")
+
 
 def _interrupted() -> None:
     """A decode was aborted by SIGINT: let Python's pending handler raise KeyboardInterrupt now."""
     lib.llamaplug_take_interrupt()
     _run_pending_signal_handlers()
     _callback_errors.raise_stored()  # the handler may have run inside the log callback already
+
+
+def _say_size(context: LlamaContext, params: ContextParams) -> None:
+    """Warn where the context is not what n_ctx asked for: llama.cpp rounds it up to a multiple of 256 (per sequence),
+    and a sequence longer than the training context loads without a word from it at the default log level."""
+    model = context.model
+    if params.n_ctx and context.n_ctx != params.n_ctx:
+        log.warning("n_ctx=%d became %d: llama.cpp rounds the context up to a multiple of 256 per sequence "
+                    "(n_seq_max=%d)", params.n_ctx, context.n_ctx, params.n_seq_max)
+    scaled = params.rope_scaling_type != RopeScalingType.UNSPECIFIED or params.rope_freq_scale not in (0.0, 1.0)
+    if context.n_ctx_seq > model.n_ctx_train > 0 and not scaled:
+        log.warning("a sequence holds %d positions here, more than the %d %s was trained on: past those the output "
+                    "may degrade (lower n_ctx, or extend the context with rope_scaling_type=YARN)",
+                    context.n_ctx_seq, model.n_ctx_train, model.path.name)
 
 
 def _run_pending_signal_handlers() -> None:
@@ -71,7 +88,7 @@ class LlamaContext(ContextState, ContextAdapters):
         check_ptr(ptr, ContextTooLargeError,
                   f"could not create a context with n_ctx={model.n_ctx_for(params.n_ctx)}, "
                   f"n_batch={params.n_batch}, n_seq_max={params.n_seq_max} for {model.path.name}", errors,
-                  hint="lower n_ctx or n_batch")
+                  hint=f"lower n_ctx (the model was trained on {model.n_ctx_train} positions) or n_batch")
         self._pools = pools = ThreadPools(c.n_threads, c.n_threads_batch)
         pools.attach(ptr)
 
@@ -99,6 +116,7 @@ class LlamaContext(ContextState, ContextAdapters):
         # Which tokens of the last batch produced outputs, to check get_logits_ith's index.
         self._outputs = np.zeros(0, dtype=np.int8)
         pm.hook.llamaplug_context_created(context=self)
+        _say_size(self, params)
 
     def note_decoded(self, outputs: np.ndarray, n_past: int | None = None) -> None:
         """Record a decode made outside this object (a plugin's helper): which tokens of its last batch have

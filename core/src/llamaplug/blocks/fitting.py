@@ -63,7 +63,8 @@ def fit(path: str, c_model: Any, context: ContextParams, target_mib: list[int],
     overrides = ffi.new("struct llama_model_tensor_buft_override[]", int(lib.llama_max_tensor_buft_overrides()))
     # llama.cpp reads one margin per device it fits to, however many the user named.
     margins = ffi.new("size_t[]", [max(0, target_mib[min(i, len(target_mib) - 1)]) * MIB for i in range(n_dev)])
-    with _native_log.capture_errors() as errors:
+    # Silenced: a failure here is the real load's too, which logs it once (it was printed twice).
+    with _native_log.capture_errors() as errors, _native_log.silenced():
         rc = lib.llamaplug_fit_params(path.encode(), ffi.addressof(c_model), ffi.addressof(c_context), split,
                                       overrides, margins, n_ctx_min)
     # An error here (an unreadable file, a context that cannot exist) is left to the real load,

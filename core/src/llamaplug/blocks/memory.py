@@ -86,5 +86,6 @@ def check_fits(p: ContextParams, model: LlamaModel) -> None:
         raise ContextTooLargeError(
             f"n_ctx={n_ctx} needs at least {need / 2**30:.1f} GiB for the KV cache of {model.path.name} "
             f"({per_cell} bytes per token), more than the {limit / 2**30:.1f} GiB of memory available "
-            f"(RAM, swap and devices); lower n_ctx (at most about {limit // per_cell})"
+            f"(RAM, swap and devices); lower n_ctx (at most about {limit // per_cell}; the model was trained on "
+            f"{model.n_ctx_train} positions, and n_ctx=0 takes that)"
         )

@@ -20,6 +20,7 @@ A sampler added to a chain belongs to the chain from then on.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -625,12 +626,28 @@ def _check_share(name: str, p: float, min_keep: int) -> None:
     _check("min_keep", min_keep >= 0, f"must be >= 0, got {min_keep}")
 
 
+def _check_options(name: str, factory: Callable[..., Any], options: dict[str, Any]) -> None:
+    """A factory's options that do not fit its signature: an error naming the sampler and what it takes."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return  # a builtin without one: the call itself says
+    try:
+        signature.bind(**options)
+    except TypeError as exc:
+        takes = ", ".join(str(p) for p in signature.parameters.values()) or "no options"
+        raise InvalidParameterError(f"sampler plugin {name!r}: {exc}; its options: {takes}",
+                                    field=f"sampler.{name}") from None
+
+
 def _plugin_sampler(name: str, options: dict[str, Any]) -> LlamaSampler | Any:
     found = plugins.sampler_factories()
     if name not in found:
         raise InvalidParameterError(f"no sampler plugin registered {name!r}; registered: {sorted(found) or 'none'}",
                                     field="sampler")
-    made = found[name].factory(**options)
+    factory = found[name].factory
+    _check_options(name, factory, options)
+    made = factory(**options)
     if isinstance(made, LlamaSampler):
         return made
     if not callable(getattr(made, "apply", None)):

@@ -13,16 +13,18 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import numpy as np
+from typing_extensions import Unpack
 
 from ..blocks.sampling import LlamaSampler
-from ..params import LlamaParams
+from ..params import LlamaParams, SamplerParams
 from .chat import ChatCompletion, ChatCompletionChunk, ChatStream, as_chat
 from .completion import Completion, CompletionChunk
 from .engine import Job
 from .events import achunks, agather, agather_chunks
 from .llama import Llama
 from .requests import Samplers, chat_job, collect, collect_many, completion_job, completion_jobs
-from .structured import ResponseFormat
+from .sampling_options import SamplingOptions, call_sampler, calls_samplers
+from .structured import ResponseFormat, with_parsed
 from .tool_schema import ToolSpec
 
 
@@ -33,38 +35,50 @@ class AsyncLlama:
         self.llama = llama
 
     @classmethod
-    async def load(cls, params: LlamaParams | str) -> AsyncLlama:
-        return cls(await asyncio.to_thread(Llama.load, params))
+    async def load(cls, params: LlamaParams | str, **options: Any) -> AsyncLlama:
+        """As Llama.load (`options`: LlamaParams fields), in a worker thread."""
+        return cls(await asyncio.to_thread(Llama.load, params, **options))
 
     async def create_completion(self, prompt: str | list[int], max_tokens: int | None = 16,
-                                sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
+                                sampler: LlamaSampler | SamplerParams | str | None = None,
+                                stop: str | list[str] | None = None,
                                 stream: bool = False, logprobs: int | None = None, special: bool = False,
-                                response_format: ResponseFormat | None = None
+                                response_format: ResponseFormat | None = None, **sampling: Unpack[SamplingOptions]
                                 ) -> Completion | AsyncIterator[CompletionChunk]:
         """As Llama.create_completion; with stream=True, an async iterator of chunks."""
-        job = completion_job(self.llama, prompt, max_tokens, sampler, stop, logprobs, special, response_format)
+        chain, own = call_sampler(self.llama, sampler, sampling, "create_completion")
+        job = completion_job(self.llama, prompt, max_tokens, chain, stop, logprobs, special, response_format, own)
         if stream:
             return achunks(self.llama.engine, job)
-        return collect(await agather_chunks(self.llama.engine, job), job.prompt)
+        return with_parsed(collect(await agather_chunks(self.llama.engine, job), job.prompt), response_format)
 
     async def create_completions(self, prompts: Sequence[str | list[int]], max_tokens: int | None = 16,
                                  sampler: Samplers = None, stop: str | list[str] | None = None,
                                  logprobs: int | None = None, special: bool = False,
-                                 response_format: ResponseFormat | None = None) -> list[Completion]:
+                                 response_format: ResponseFormat | None = None,
+                                 **sampling: Unpack[SamplingOptions]) -> list[Completion]:
+        sampler = calls_samplers(self.llama, sampler, sampling, "create_completions")
         jobs = completion_jobs(self.llama, prompts, max_tokens, sampler, stop, logprobs, special, response_format)
-        return collect_many(await agather(self.llama.engine, jobs), jobs)
+        return [with_parsed(done, response_format) for done in collect_many(await agather(self.llama.engine, jobs),
+                                                                            jobs)]
 
     async def create_chat_completion(self, messages: list[dict[str, Any]], max_tokens: int | None = None,
-                                     sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
+                                     sampler: LlamaSampler | SamplerParams | str | None = None,
+                                stop: str | list[str] | None = None,
                                      stream: bool = False, tools: list[ToolSpec] | None = None,
                                      tool_choice: str | dict[str, Any] | None = None,
                                      response_format: ResponseFormat | None = None, chat_template: str | None = None,
-                                     **chat_options: Any) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
-        """As Llama.create_chat_completion (`chat_options`: its reasoning_format, reasoning_effort,
-        chat_template_kwargs, parallel_tool_calls); with stream=True, an async iterator of OpenAI chunks."""
+                                     reasoning_format: str | None = None, reasoning_effort: str | None = None,
+                                     chat_template_kwargs: dict[str, Any] | None = None,
+                                     parallel_tool_calls: bool | None = None,
+                                     **sampling: Unpack[SamplingOptions]
+                                     ) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
+        """As Llama.create_chat_completion; with stream=True, an async iterator of OpenAI chunks."""
         llama = self.llama
-        job, plan = chat_job(llama, messages, max_tokens, sampler, stop, tools, tool_choice, response_format,
-                             chat_template, **chat_options)
+        chain, own = call_sampler(llama, sampler, sampling, "create_chat_completion")
+        job, plan = chat_job(llama, messages, max_tokens, chain, stop, tools, tool_choice, response_format,
+                             chat_template, own, reasoning_format=reasoning_format, reasoning_effort=reasoning_effort,
+                             chat_template_kwargs=chat_template_kwargs, parallel_tool_calls=parallel_tool_calls)
         name = llama.params.model_path.name
         if stream:
             return self._chat_chunks(job, ChatStream(name, plan))

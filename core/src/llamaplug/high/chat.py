@@ -105,6 +105,7 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[ChunkChoice]
+    usage: Usage | None = None  # stream_options {"include_usage": true}: the last chunk's, with no choices
 
 
 def _finish(reason: StopReason | None) -> FinishReason:

@@ -11,6 +11,7 @@ import codecs
 import collections
 import dataclasses
 import enum
+from typing import Any
 
 from ..errors import InvalidParameterError
 
@@ -65,6 +66,7 @@ class Completion:
     stop_reason: StopReason
     prompt_tokens: list[int] = dataclasses.field(default_factory=list)
     stop_string: str | None = None  # the stop string that ended it (StopReason.STOP_SEQUENCE)
+    parsed: Any = None  # response_format=PydanticModel: the reply validated as one (structured.with_parsed)
 
 
 @dataclasses.dataclass(frozen=True)

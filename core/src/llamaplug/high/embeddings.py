@@ -48,10 +48,20 @@ def context_for(llama: Llama, pooling: PoolingType) -> LlamaContext:
     return ctx
 
 
+def default_pooling(llama: Llama) -> str | None:
+    """The pooling of embed(pooling=None) and of the server's /v1/embeddings: the model's own (None) where its GGUF
+    names one, else "mean" (a chat model's own is per token, which neither OpenAI's API nor most callers expect)."""
+    meta = llama.model.metadata
+    own = meta.get(f"{meta.get('general.architecture', '')}.pooling_type", "0")
+    return None if own not in ("0", "-1") else "mean"  # 0 none, -1 unspecified
+
+
 def embed(llama: Llama, texts: Any, normalize: bool = True, pooling: Any = None,
           truncate: bool = False) -> np.ndarray | list[np.ndarray]:
     if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not texts:
         raise InvalidParameterError("texts must be a non-empty list of strings", field="texts")
+    if pooling is None:
+        pooling = default_pooling(llama)
     ctx = context_for(llama, pooling_of(pooling))
     kind = ctx.pooling_type
     if kind == PoolingType.RANK:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from typing_extensions import Unpack
 
 from .. import plugins
 from ..blocks import _native_log
@@ -18,7 +19,7 @@ from ..blocks.context import LlamaContext
 from ..blocks.model import LlamaModel
 from ..blocks.sampling import LlamaSampler
 from ..errors import InvalidParameterError
-from ..params import LlamaParams
+from ..params import LlamaParams, SamplerParams
 from ..plugin_api import Projector
 from . import events, saved_state
 from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks
@@ -28,8 +29,9 @@ from .engine import Engine
 from .infill import check_text, infill_tokens
 from .requests import Samplers, chat_job, collect, collect_many, completion_job, completion_jobs, samplers_for
 from .requests import response_grammar as response_grammar  # its home was here
+from .sampling_options import SamplingOptions, call_sampler, calls_samplers
 from .speculative import Drafter, ModelDrafter, NgramDrafter, check_vocab
-from .structured import ResponseFormat
+from .structured import ResponseFormat, with_parsed
 from .tool_schema import ToolSpec
 
 
@@ -52,9 +54,13 @@ class Llama:
         self._projector: Projector | None = None  # a plugin's, when LlamaParams.mmproj_path is set (llamaplug-mtmd)
 
     @classmethod
-    def load(cls, params: LlamaParams | str) -> Llama:
+    def load(cls, params: LlamaParams | str | os.PathLike[str], **options: Any) -> Llama:
+        """Load a model: `Llama.load("model.gguf", n_ctx=1024, n_threads=4)`, or from a LlamaParams
+        (`options` then change it); `options` are LlamaParams fields."""
         if not isinstance(params, LlamaParams):
-            params = LlamaParams(model_path=params)
+            params = LlamaParams(model_path=params, **options)
+        elif options:
+            params = params.replace(**options)
         _native_log.set_level(params.log_level)
         bar = None
         if params.progress_callback is None and (params.progress or (params.progress is None and _stderr_is_tty())):
@@ -179,29 +185,37 @@ class Llama:
         self,
         prompt: str | list[int],
         max_tokens: int | None = 16,
-        sampler: LlamaSampler | None = None,
+        sampler: LlamaSampler | SamplerParams | str | None = None,
         stop: str | list[str] | None = None,
         stream: bool = False,
         logprobs: int | None = None,
         special: bool = False,
         response_format: ResponseFormat | None = None,
+        **sampling: Unpack[SamplingOptions],
     ) -> Completion | Iterator[CompletionChunk]:
         """Complete `prompt` (text, or token ids).
 
         max_tokens=None generates until EOS or a full context. The default
-        sampler is greedy; a SamplerChain that ends without a selecting sampler
-        gets dist(LlamaParams.seed) appended (unless it was given its own
-        seed). `special=True` parses control-token text in the prompt. With
+        sampler is greedy; sampling keywords (temperature=0.7, top_p, top_k,
+        min_p, seed, repeat_penalty, presence_penalty, frequency_penalty,
+        logit_bias, any SamplerParams field: sampling_options.py) sample with
+        the chain SamplerParams builds from them, as `sampler=SamplerParams(...)`
+        does; `sampler="greedy"` is the default spelt out. A SamplerChain that
+        ends without a selecting sampler gets dist(LlamaParams.seed) appended
+        (unless it was given its own seed). `special=True` parses control-token text in the prompt. With
         stream=True, returns an iterator of CompletionChunk whose texts join to
         the non-streamed text. `response_format` (OpenAI's shapes:
         {"type": "json_object"} for any JSON object, {"type": "json_object",
         "schema": {...}} or {"type": "json_schema", "json_schema": {"schema":
-        {...}}}) puts the schema's grammar in front of the sampler chain.
+        {...}}}) puts the schema's grammar in front of the sampler chain; a
+        pydantic model as response_format also gives the validated object as
+        Completion.parsed (not when streamed).
         """
-        job = completion_job(self, prompt, max_tokens, sampler, stop, logprobs, special, response_format)
+        chain, own = call_sampler(self, sampler, sampling, "create_completion")
+        job = completion_job(self, prompt, max_tokens, chain, stop, logprobs, special, response_format, own)
         if stream:
             return events.chunks(self._engine, job)
-        return collect(events.gather_chunks(self._engine, job), job.prompt)
+        return with_parsed(collect(events.gather_chunks(self._engine, job), job.prompt), response_format)
 
     def create_completions(
         self,
@@ -213,36 +227,41 @@ class Llama:
         logprobs: int | None = None,
         special: bool = False,
         response_format: ResponseFormat | None = None,
+        **sampling: Unpack[SamplingOptions],
     ) -> list[Completion] | Iterator[tuple[int, CompletionChunk]]:
         """Complete every prompt, n_seq_max at a time in shared batches; results in the prompts' order.
 
         `sampler`: None (greedy), a SamplerParams (one chain each), a callable returning a
         fresh sampler, or a list with one sampler per prompt (a sampler has state, so one
-        object cannot serve two prompts). With stream=True, yields (index, chunk) as they come.
+        object cannot serve two prompts), or "greedy"; or sampling keywords, as create_completion
+        (one chain each). With stream=True, yields (index, chunk) as they come.
         """
+        sampler = calls_samplers(self, sampler, sampling, "create_completions")
         jobs = completion_jobs(self, prompts, max_tokens, sampler, stop, logprobs, special, response_format)
         if stream:
             return events.stream(self._engine, jobs)
-        return collect_many(events.gather(self._engine, jobs), jobs)
+        return [with_parsed(done, response_format) for done in collect_many(events.gather(self._engine, jobs), jobs)]
 
-    def create_infill(self, prefix: str, suffix: str, max_tokens: int | None = 64, sampler: LlamaSampler | None = None,
+    def create_infill(self, prefix: str, suffix: str, max_tokens: int | None = 64,
+                      sampler: LlamaSampler | SamplerParams | str | None = None,
                       stop: str | list[str] | None = None, stream: bool = False,
-                      extra: list[dict[str, str]] | None = None, spm: bool = False
-                      ) -> Completion | Iterator[CompletionChunk]:
+                      extra: list[dict[str, str]] | None = None, spm: bool = False,
+                      **sampling: Unpack[SamplingOptions]) -> Completion | Iterator[CompletionChunk]:
         """The text between `prefix` and `suffix`, from the model's FIM tokens (see infill.py for the layout).
 
         `extra` chunks ({"filename", "text"}) go before, as repository context. Generation ends
         at an end-of-generation token (FIM models end the middle with one) or max_tokens.
         """
         tokens = infill_tokens(self._model, check_text(prefix, "prefix"), check_text(suffix, "suffix"), extra, spm)
-        return self.create_completion(tokens, max_tokens, sampler, stop, stream)
+        return self.create_completion(tokens, max_tokens, sampler, stop, stream, **sampling)
 
     def embed(self, texts: list[str], normalize: bool = True, pooling: str | None = None,
               truncate: bool = False) -> np.ndarray | list[np.ndarray]:
         """Embeddings of `texts`: an (n, n_embd) array, or with pooling="none" one (tokens, n_embd) array each.
 
-        `pooling` is "mean", "cls", "last" or "none" (default: the model's own, as
-        llama-embedding). Many texts go into each llama_decode. normalize=True divides
+        `pooling` is "mean", "cls", "last" or "none" (default: the model's own where its GGUF
+        names one, as llama-embedding, else "mean": the same vectors as the server's
+        /v1/embeddings, embeddings.default_pooling). Many texts go into each llama_decode. normalize=True divides
         by the L2 norm. A text longer than the embedding context is a ContextOverflowError
         naming its index, or cut to fit with truncate=True.
         """
@@ -258,7 +277,7 @@ class Llama:
         self,
         messages: list[dict[str, Any]],
         max_tokens: int | None = None,
-        sampler: LlamaSampler | None = None,
+        sampler: LlamaSampler | SamplerParams | str | None = None,
         stop: str | list[str] | None = None,
         stream: bool = False,
         tools: list[ToolSpec] | None = None,
@@ -269,6 +288,7 @@ class Llama:
         reasoning_effort: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         parallel_tool_calls: bool | None = None,
+        **sampling: Unpack[SamplingOptions],
     ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
         """Reply to `messages` (OpenAI's shape) through the model's own chat template.
 
@@ -285,10 +305,12 @@ class Llama:
         as delta.tool_calls (see chat.ChatStream). `response_format` may be a pydantic model:
         the reply is constrained to its JSON schema and message.parsed is the validated object
         (ReplyValidationError names the field that does not fit; not when streamed).
-        max_tokens=None generates until the end of the turn.
+        max_tokens=None generates until the end of the turn. Sampling keywords (temperature=0.7,
+        seed=1, ...) and `sampler` as create_completion.
         """
-        job, plan = chat_job(self, messages, max_tokens, sampler, stop, tools, tool_choice, response_format,
-                             chat_template, reasoning_format=reasoning_format, reasoning_effort=reasoning_effort,
+        chain, own = call_sampler(self, sampler, sampling, "create_chat_completion")
+        job, plan = chat_job(self, messages, max_tokens, chain, stop, tools, tool_choice, response_format,
+                             chat_template, own, reasoning_format=reasoning_format, reasoning_effort=reasoning_effort,
                              chat_template_kwargs=chat_template_kwargs, parallel_tool_calls=parallel_tool_calls)
         name = self.params.model_path.name
         if stream:
@@ -305,10 +327,12 @@ class Llama:
         tool_choice: str | dict[str, Any] | None = None,
         response_format: ResponseFormat | None = None,
         chat_template: str | None = None,
+        **sampling: Unpack[SamplingOptions],
     ) -> list[ChatCompletion]:
         """Reply to every conversation in shared batches (see create_completions); replies in their order."""
         if isinstance(conversations, (str, bytes)) or not isinstance(conversations, Sequence):
             raise InvalidParameterError("conversations must be a list of message lists", field="conversations")
+        sampler = calls_samplers(self, sampler, sampling, "create_chat_completions")
         jobs, plans = [], []
         for messages, (chain, own) in zip(conversations, samplers_for(self, len(conversations), sampler)):
             job, plan = chat_job(self, messages, max_tokens, chain, stop, tools, tool_choice, response_format,

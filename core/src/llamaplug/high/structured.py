@@ -6,11 +6,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 
 from ..errors import ReplyValidationError
+
+if TYPE_CHECKING:
+    from .completion import Completion
 
 # What response_format takes: OpenAI's dict, or a pydantic model (class) whose JSON schema constrains the reply.
 ResponseFormat = dict[str, Any] | type[pydantic.BaseModel]
@@ -43,3 +47,12 @@ def parse_reply(cls: type[pydantic.BaseModel], content: str | None, finish_reaso
         hint = " (the reply was cut at max_tokens: raise it)" if finish_reason == "length" else ""
         raise ReplyValidationError(f"response_format {cls.__name__}: {where}: {first['msg']}{hint}",
                                    field=field) from None
+
+
+def with_parsed(completion: Completion, response_format: Any) -> Completion:
+    """`completion` with .parsed, the reply as a `response_format` pydantic model (as given without one)."""
+    cls = model_class(response_format)
+    if cls is None:
+        return completion
+    finish = "length" if completion.stop_reason.value == "max_tokens" else "stop"
+    return dataclasses.replace(completion, parsed=parse_reply(cls, completion.text, finish))

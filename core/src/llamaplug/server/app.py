@@ -90,7 +90,7 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
 
 # What answers without the API key: llama-server's public endpoints, and the chat page's own files (the
 # page asks for the key and sends it with its API calls; a browser cannot send it for the page itself).
-PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/favicon.ico"})
 PUBLIC_PREFIX = "/static/"
 
 

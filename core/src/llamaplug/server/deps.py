@@ -14,6 +14,7 @@ under the request; the body's `keep_alive` (Ollama's) becomes the model's.
 # Without `from __future__ import annotations`: FastAPI reads `body`'s annotation at run time, and here it is a
 # variable.
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
@@ -32,7 +33,8 @@ def served_model(body_type: type[NamesAModel]) -> Callable[..., AsyncIterator[Se
     async def resolve(request: Request, body: body_type) -> AsyncIterator[Served]:  # type: ignore[valid-type]
         keep_alive = parse_keep_alive(getattr(body, "keep_alive", None))
         async with models(request).lease(body.model, keep_alive) as served:
-            yield served
+            # The reply names the model as the request did (an alias, an id without .gguf), as llama-server does.
+            yield served if not body.model or body.model == served.id else dataclasses.replace(served, id=body.model)
 
     return resolve
 

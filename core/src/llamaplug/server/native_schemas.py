@@ -52,13 +52,14 @@ class NativeCompletionRequest(_Native):
     grammar: str | None = Field(None, description="a GBNF grammar the output must match")
     json_schema: dict[str, Any] | None = Field(None, description="a JSON schema the output must match")
 
-    def sampling(self, seed: int) -> SamplerParams:
-        """The request's sampling: llama-server's defaults where it says nothing, `seed` where it gives none."""
+    def sampling(self, seed: int, defaults: dict[str, Any] | None = None) -> SamplerParams:
+        """The request's sampling: `defaults` (the server's --temp, ...), else llama-server's, where it says nothing;
+        `seed` where it gives none."""
         given = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p,
                  "typical_p": self.typical_p, "penalty_repeat": self.repeat_penalty,
                  "penalty_last_n": self.repeat_last_n, "penalty_present": self.presence_penalty,
                  "penalty_freq": self.frequency_penalty, "seed": self.seed if self.seed is not None else seed}
-        return SamplerParams(**{k: v for k, v in given.items() if v is not None})
+        return SamplerParams(**{**(defaults or {}), **{k: v for k, v in given.items() if v is not None}})
 
 
 class InfillExtra(BaseModel):

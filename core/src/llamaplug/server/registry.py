@@ -35,6 +35,7 @@ from typing import Any
 from ..errors import InvalidParameterError, LlamaError
 from ..high.async_llama import AsyncLlama
 from ..high.chat import ChatSettings
+from ..high.embeddings import default_pooling
 from ..high.engine import Engine
 from ..high.llama import Llama
 from ..high.requests import chat_job
@@ -65,6 +66,7 @@ class ModelSpec:
     chat_template: str | None = None  # overrides the GGUF's own
     tags: tuple[str, ...] = ()  # llama-server's --tags: informational, shown in /v1/models
     named: bool = False  # the id came from -a: /v1/models lists it among the aliases too, as llama-server
+    sampling: dict[str, Any] = dataclasses.field(default_factory=dict)  # SamplerParams fields: requests' defaults
 
 
 @dataclasses.dataclass(eq=False)
@@ -77,6 +79,7 @@ class Served:
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     chat_template: str | None = None
     chat: ChatSettings = dataclasses.field(default_factory=ChatSettings)
+    sampling: dict[str, Any] = dataclasses.field(default_factory=dict)  # what a request's own fields override
     allama: AsyncLlama = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -235,6 +238,9 @@ class ModelRegistry:
         unchanged; with several, an unknown name stays a 404."""
         if name is None or (lenient and len(self._entries) == 1):
             return next(iter(self._entries.values()))
+        found = self._names.get(name) or self._names.get(f"{name}.gguf")  # "alpha" names alpha.gguf
+        if found is not None:
+            return found
         try:
             return self._names[name]
         except KeyError:
@@ -316,7 +322,7 @@ class ModelRegistry:
         assert entry.spec is not None and entry.served is None
         llama = self._loader(entry.spec.params)
         entry.served = Served(entry.id, llama, entry.spec.pooling or _own_pooling(llama), entry.created,
-                              entry.spec.chat_template, self.chat)
+                              entry.spec.chat_template, self.chat, entry.spec.sampling)
         entry.state = ModelState.LOADED
         return entry.served
 
@@ -361,7 +367,7 @@ class ModelRegistry:
                 log.info("loading %s (%s)", spec.id, spec.params.model_path)
                 llama = await asyncio.to_thread(self._loader, spec.params)
                 entry.served = Served(spec.id, llama, spec.pooling or _own_pooling(llama), entry.created,
-                                      spec.chat_template, self.chat)
+                                      spec.chat_template, self.chat, spec.sampling)
                 entry.state = ModelState.LOADED
                 entry.last_used = time.monotonic()
         except LlamaError as exc:
@@ -576,6 +582,4 @@ _LIBC = _glibc() if sys.platform.startswith("linux") else None
 
 
 def _own_pooling(llama: Llama) -> str | None:
-    meta = llama.model.metadata
-    own = meta.get(f"{meta.get('general.architecture', '')}.pooling_type", "0")
-    return None if own not in ("0", "-1") else "mean"  # 0 none, -1 unspecified
+    return default_pooling(llama)  # Llama.embed's default too: the two agree

@@ -20,6 +20,12 @@ MAX_CHOICES = 128
 LogitBias = dict[str, float | bool] | list[list[int | str | float | bool]]
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = Field(False, description="a last chunk with the usage (and no choices) before [DONE]")
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -35,18 +41,24 @@ class _Request(BaseModel):
     repeat_penalty: float | None = Field(None, ge=0)
     stop: str | list[str] | None = None
     stream: bool = False
+    stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=1, description="one choice per prompt (llamaplug runs prompts, not copies, in parallel)")
     response_format: dict[str, Any] | None = None
     keep_alive: float | str | None = Field(None, description="how long the model stays loaded after this request "
                                            "(Ollama's: seconds or \"5m\"; 0 unloads it, negative keeps it)")
 
-    def sampling(self, seed: int) -> SamplerParams:
-        """The request's sampling (llama-server's defaults where it says nothing; `seed` where it gives none)."""
+    def sampling(self, seed: int, defaults: dict[str, Any] | None = None) -> SamplerParams:
+        """The request's sampling: `defaults` (the server's --temp, ...; SamplerParams fields), else llama-server's,
+        where it says nothing; `seed` where it gives none."""
         given = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
                  "seed": self.seed if self.seed is not None else seed,
                  "penalty_present": self.presence_penalty, "penalty_freq": self.frequency_penalty,
                  "penalty_repeat": self.repeat_penalty}
-        return SamplerParams(**{k: v for k, v in given.items() if v is not None})
+        return SamplerParams(**{**(defaults or {}), **{k: v for k, v in given.items() if v is not None}})
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
 
 
 class CompletionRequest(_Request):

@@ -40,7 +40,7 @@ async def chat(body: ChatRequest, request: Request,
     limit = token_limit(request, body.max_completion_tokens if body.max_completion_tokens is not None
                         else body.max_tokens)
     n_logprobs = _n_logprobs(body)
-    sampling = body.sampling(llama.params.seed)
+    sampling = body.sampling(llama.params.seed, served.sampling)
     response_format = body.response_format
     formatted = isinstance(response_format, dict) and response_format.get("type") not in (None, "text")
     if formatted and body.grammar:
@@ -143,6 +143,12 @@ async def _events(served: Served, jobs: list[Job], plan: ChatPlan, body: ChatReq
             yield _chunk(out, i, fields)
         if not outs and extra:  # the text is held back, but the prompt is read: say so now
             yield _chunk(streams[i].chunk(Delta()), i, extra)
+    if body.include_usage:  # OpenAI's stream_options: one more chunk, no choices, the usage
+        n_prompt, n_out = jobs[0].n_prompt, sum(job.produced for job in jobs)
+        usage = Usage(prompt_tokens=n_prompt, completion_tokens=n_out, total_tokens=n_prompt + n_out)
+        first = streams[0]
+        yield ChatCompletionChunk(id=first.ident, created=first.created, model=first.model, choices=[],
+                                  usage=usage).model_dump_json(exclude_none=True)
 
 
 def _so_far(job: Job, piece: CompletionChunk) -> CompletionTimings:

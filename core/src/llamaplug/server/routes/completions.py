@@ -30,11 +30,12 @@ async def completions(body: CompletionRequest, request: Request,
     llama = served.llama
     prompts = _prompts(body.prompt)
     limit = token_limit(request, body.max_tokens)
-    jobs = await off_loop(lambda: completion_jobs(llama, prompts, limit, body.sampling(llama.params.seed), body.stop,
-                                                  body.logprobs, False, body.response_format))
+    sampling = body.sampling(llama.params.seed, served.sampling)
+    jobs = await off_loop(lambda: completion_jobs(llama, prompts, limit, sampling, body.stop, body.logprobs, False,
+                                                  body.response_format))
     ident = f"cmpl-{uuid.uuid4().hex[:24]}"
     if body.stream:
-        return sse(_events(served, jobs, ident))
+        return sse(_events(served, jobs, ident, body.include_usage))
     done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
     return TextCompletion(
         id=ident, created=int(time.time()), model=served.id,
@@ -44,14 +45,19 @@ async def completions(body: CompletionRequest, request: Request,
         usage=_usage(sum(len(c.prompt_tokens) for c in done), sum(len(c.tokens) for c in done)))
 
 
-async def _events(served: Served, jobs: list[Job], ident: str) -> AsyncIterator[str]:
+async def _events(served: Served, jobs: list[Job], ident: str, include_usage: bool = False) -> AsyncIterator[str]:
     created = int(time.time())
+    n_out = 0
     async for i, chunk in astream(served.llama.engine, jobs):
+        n_out += len(chunk.tokens)
         if not chunk.text and chunk.stop_reason is None:
             continue
         choice = CompletionChoice(index=i, text=chunk.text,
                                   finish_reason=_finish(chunk) if chunk.stop_reason is not None else None)
         yield TextCompletion(id=ident, created=created, model=served.id, choices=[choice]).model_dump_json()
+    if include_usage:  # OpenAI's stream_options: one more chunk, no choices, the usage
+        yield TextCompletion(id=ident, created=created, model=served.id, choices=[],
+                             usage=_usage(sum(len(job.prompt) for job in jobs), n_out)).model_dump_json()
 
 
 def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:

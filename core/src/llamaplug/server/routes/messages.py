@@ -61,7 +61,7 @@ async def messages(body: MessagesRequest, request: Request,
     chat = as_chat_request(body)
 
     def build() -> tuple[Job, ChatPlan]:
-        sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
+        sampler = chat.sampling(llama.params.seed, served.sampling).build_chain(llama.model)
         return chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
                         chat.response_format, own_sampler=True,
                         **served.chat_options(enable_thinking=body.enable_thinking()))

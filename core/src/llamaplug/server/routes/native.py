@@ -56,7 +56,7 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     """Generate for each prompt (token ids) and answer in llama-server's shape: one result, a list, or a stream."""
     llama = served.llama
     n_predict = body.n_predict if body.n_predict is not None else request.app.state.n_predict
-    sampling = body.sampling(llama.params.seed)
+    sampling = body.sampling(llama.params.seed, served.sampling)
     extra = {"logit_bias": logit_bias(llama.model, body.logit_bias),
              "grammar": grammar_text(getattr(body, "grammar", None), getattr(body, "json_schema", None))}
     if any(extra.values()):

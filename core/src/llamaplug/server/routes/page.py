@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 
 from ..dialects import OPENAI
 from ..errors import ApiError
@@ -29,6 +29,16 @@ _POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'se
 @router.get("/", include_in_schema=False)
 async def index() -> FileResponse:
     return _file("index.html")
+
+
+# A llama head in a circle: browsers ask /favicon.ico whatever the page says, and a 404 there filled the log.
+_ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><circle cx="16" cy="16" r="15" fill="#6b4f2a"/>'
+         '<path d="M11 26V13l-2-6 4 3h6l4-3-2 6v13z" fill="#f3e6cf"/></svg>')
+
+
+@router.get("/favicon.ico", include_in_schema=False)
+async def favicon() -> Response:
+    return Response(_ICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
 
 @router.get("/static/{name}", include_in_schema=False)

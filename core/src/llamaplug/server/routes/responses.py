@@ -64,7 +64,7 @@ async def responses(body: ResponsesRequest, request: Request,
     effort = body.reasoning.effort if body.reasoning is not None else None
 
     def build() -> tuple[Job, ChatPlan]:
-        sampler = chat.sampling(llama.params.seed).build_chain(llama.model)
+        sampler = chat.sampling(llama.params.seed, served.sampling).build_chain(llama.model)
         return chat_job(llama, chat.messages, limit, sampler, None, chat.tools, chat.tool_choice,
                         chat.response_format, own_sampler=True,
                         **served.chat_options(reasoning_effort=effort, parallel_tool_calls=body.parallel_tool_calls))
