@@ -10,36 +10,15 @@ with the line, the column and llama.cpp's reason.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidGrammarError, InvalidParameterError
 from ..raw import ffi, lib
 from . import _native_log
+from ._stderr import captured_stderr as _captured_stderr
 from ._text import encode_text
-
-_stderr_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _captured_stderr() -> Iterator[list[str]]:
-    """What native code writes to file descriptor 2 inside the block (the grammar parser's fprintf)."""
-    out: list[str] = []
-    with _stderr_lock, tempfile.TemporaryFile() as tmp:
-        saved = os.dup(2)
-        try:
-            os.dup2(tmp.fileno(), 2)
-            yield out
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            out.append(tmp.read().decode("utf-8", "replace"))
 
 
 def _position(source: str, offset: int) -> tuple[int, int]:

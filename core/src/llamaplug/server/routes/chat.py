@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from ...high.chat import ChatCompletionChunk, ChatPlan, ChatStream, Delta, as_chat
+from ...high.chat import ChatCompletionChunk, ChatPlan, ChatStream, Delta, Usage, as_chat
 from ...high.completion import CompletionChunk, CompletionTimings
 from ...high.engine import Job
 from ...high.events import agather, astream
