@@ -43,7 +43,7 @@ def context_for(llama: Llama, pooling: PoolingType) -> LlamaContext:
         # Non-causal models need a whole sequence in one ubatch: n_batch = n_ubatch = n_ctx.
         params = llama.params.context_params().replace(
             n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_seq_max=N_SEQ_MAX, kv_unified=True, embeddings=True,
-            pooling_type=pooling)
+            pooling_type=pooling, n_outputs_max=0)  # every token is an output here: llama.cpp's default (n_batch)
         ctx = cache[pooling] = LlamaContext(llama.model, params)
     return ctx
 
