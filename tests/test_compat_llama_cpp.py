@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 from llamaplug_testing import THREADS
+from llamaplug_testing.chat_replies import TIME_TOOL, few_shot
 
 import llamaplug as lp
 from llamaplug.compat import install_as_llama_cpp, uninstall_llama_cpp
@@ -165,20 +166,25 @@ WEATHER = {"name": "get_weather", "description": "The weather in a city",
                           "required": ["city"]}}
 
 
-def test_forced_tool_call_and_legacy_functions(llm):
-    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
-    tools = [{"type": "function", "function": WEATHER}]
-    choice = {"type": "function", "function": {"name": "get_weather"}}
-    ref = llm.llamaplug.create_chat_completion(ask, max_tokens=48, sampler=lp.SamplerChain().greedy(), tools=tools,
-                                               tool_choice=choice).choices[0]
-    assert ref.finish_reason == "tool_calls"
-    want = [c.function.model_dump() for c in ref.message.tool_calls]
-    for kw in ({"tools": tools, "tool_choice": choice},
-               {"functions": [WEATHER], "function_call": {"name": "get_weather"}}):
-        out = llm.create_chat_completion(ask, max_tokens=48, temperature=0, **kw)["choices"][0]
-        assert out["finish_reason"] == "tool_calls"
-        assert [c["function"] for c in out["message"]["tool_calls"]] == want
-        assert out["message"]["function_call"] == want[0] and json.loads(want[0]["arguments"])["city"]
+def test_forced_tool_call_and_legacy_functions(llama_cpp, smollm2_path):
+    # SmolLM2's own template has no place for tools: llama-cpp-python's chatml-function-calling format (here
+    # llamaplug's chatml-tools), and two calls shown first (the 135M model calls no tool by itself).
+    ask = few_shot("hermes")
+    tools = [TIME_TOOL]
+    choice = {"type": "function", "function": {"name": "get_time"}}
+    with llama_cpp.Llama(model_path=str(smollm2_path), n_ctx=2048, n_threads=THREADS, verbose=False, seed=1234,
+                         chat_format="chatml-function-calling") as llm:
+        ref = llm.llamaplug.create_chat_completion(ask, max_tokens=48, sampler=lp.SamplerChain().greedy(),
+                                                   tools=tools, tool_choice=choice,
+                                                   chat_template="chatml-tools").choices[0]
+        assert ref.finish_reason == "tool_calls"
+        want = [c.function.model_dump() for c in ref.message.tool_calls]
+        for kw in ({"tools": tools, "tool_choice": choice},
+                   {"functions": [TIME_TOOL["function"]], "function_call": {"name": "get_time"}}):
+            out = llm.create_chat_completion(ask, max_tokens=48, temperature=0, **kw)["choices"][0]
+            assert out["finish_reason"] == "tool_calls"
+            assert [c["function"] for c in out["message"]["tool_calls"]] == want
+            assert out["message"]["function_call"] == want[0] and json.loads(want[0]["arguments"])["zone"]
 
 
 def test_grammar_from_string(llm):

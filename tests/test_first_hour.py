@@ -179,23 +179,17 @@ def test_create_completion_with_a_pydantic_model_gives_parsed(llama):
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                            "required": ["city"]}}}
-TOOL_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-                 "{% if tools %}<|im_start|>system\nTools: {{ tools | tojson }}<|im_end|>\n{% endif %}"
-                 "<|im_start|>assistant\n")
-
 
 def test_tools_a_template_does_not_render_are_refused_not_dropped(llama):
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     assert "tools" not in (llama.model.chat_template or "")  # SmolLM2's template has no place for them
-    with pytest.raises(lp.ChatTemplateError, match="does not render tools"):
-        llama.create_chat_completion(ask, tools=[WEATHER], max_tokens=4)
-    with pytest.raises(lp.ChatTemplateError, match="does not render tools"):
-        llama.create_chat_completion(ask, tools=[WEATHER], tool_choice="auto", max_tokens=4)
-    # A template that renders them, tool_choice "none", and a forced call (its grammar) all go on.
-    llama.create_chat_completion(ask, tools=[WEATHER], max_tokens=4, chat_template=TOOL_TEMPLATE)
+    for choice in (None, "auto", "required"):
+        with pytest.raises(lp.InvalidParameterError, match="no place for tools") as err:
+            llama.create_chat_completion(ask, tools=[WEATHER], tool_choice=choice, max_tokens=4)
+        assert err.value.field == "tools" and "chatml-tools" in str(err.value)
+    # A template that renders them, and tool_choice "none", go on.
+    llama.create_chat_completion(ask, tools=[WEATHER], max_tokens=4, chat_template="chatml-tools")
     llama.create_chat_completion(ask, tools=[WEATHER], tool_choice="none", max_tokens=4)
-    forced = llama.create_chat_completion(ask, tools=[WEATHER], tool_choice="required", max_tokens=60)
-    assert forced.choices[0].message.tool_calls[0].function.name == "get_weather"
 
 
 def test_a_sampler_plugins_bad_option_names_the_sampler_and_its_options():

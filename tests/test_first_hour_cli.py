@@ -165,7 +165,8 @@ def test_chat_in_a_terminal_prompts_and_leaves_on_ctrl_d(smollm2_path):
 
 
 def test_chat_reasoning_is_dimmed_and_history_kept():
-    """Pure-Python parts of the REPL, with a stand-in for the model: the <think> split over deltas."""
+    """Pure-Python parts of the REPL, with a stand-in for the model: the thinking streamed apart
+    (delta.reasoning_content, as the chat layer streams it), then the answer."""
     import io
 
     from llamaplug.chat_repl import DIM, RESET, repl
@@ -178,9 +179,10 @@ def test_chat_reasoning_is_dimmed_and_history_kept():
 
         def create_chat_completion(self, messages, max_tokens=None, stream=False, **sampling):
             seen.append([dict(m) for m in messages])
-            parts = ["<thi", "nk>mull", "ing</th", "ink>Answer ", str(len(seen))]
+            parts = [Delta(reasoning_content="mull"), Delta(reasoning_content="ing"), Delta(content="Answer "),
+                     Delta(content=str(len(seen)))]
             return iter([ChatCompletionChunk(id="x", created=0, model="m",
-                                             choices=[ChunkChoice(index=0, delta=Delta(content=p))]) for p in parts])
+                                             choices=[ChunkChoice(index=0, delta=p)]) for p in parts])
 
     class Tty(io.StringIO):
         def isatty(self):

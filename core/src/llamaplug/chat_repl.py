@@ -12,8 +12,6 @@ from __future__ import annotations
 import sys
 from typing import IO, Any
 
-from .high.chat import split_reasoning
-
 HELP = """commands:
   /bye, /exit, /quit  leave (Ctrl-D too)
   /clear              forget the conversation (the system prompt stays)
@@ -135,11 +133,21 @@ def repl(llama: Any, sampling: dict[str, Any], max_tokens: int | None = None, sy
         history.append({"role": "user", "content": text})
         messages = ([{"role": "system", "content": system}] if system else []) + history
         reply = []
+        thinking = False  # the chat layer streams the thinking apart (delta.reasoning_content): shown dimmed
         stream = llama.create_chat_completion(messages, max_tokens=max_tokens, stream=True, **sampling)
         try:
             for chunk in stream:
-                piece = chunk.choices[0].delta.content if chunk.choices else None
+                delta = chunk.choices[0].delta if chunk.choices else None
+                if delta is not None and delta.reasoning_content:
+                    if not thinking:
+                        printer.write(OPEN)
+                        thinking = True
+                    printer.write(delta.reasoning_content)
+                piece = delta.content if delta is not None else None
                 if piece:
+                    if thinking:
+                        printer.write(CLOSE)
+                        thinking = False
                     reply.append(piece)
                     printer.write(piece)
         except KeyboardInterrupt:
@@ -148,6 +156,7 @@ def repl(llama: Any, sampling: dict[str, Any], max_tokens: int | None = None, sy
             out.write("(stopped)\n")
             history.pop()  # the turn had no reply: ask again or go on
             continue
+        if thinking:
+            printer.write(CLOSE)
         printer.finish()
-        content, _ = split_reasoning("".join(reply))
-        history.append({"role": "assistant", "content": content})
+        history.append({"role": "assistant", "content": "".join(reply)})

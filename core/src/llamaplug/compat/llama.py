@@ -18,7 +18,7 @@ import llamaplug as lp
 from llamaplug import InvalidParameterError, NumaStrategy, SamplerChain
 from llamaplug.blocks.chat_builtin import builtin_names
 from llamaplug.high import events, hub
-from llamaplug.high.chat import as_chat, as_chunks
+from llamaplug.high.chat import OWN_TEMPLATES, as_chat, as_chunks
 from llamaplug.high.completion import TextAssembler
 from llamaplug.high.engine import Job
 from llamaplug.high.infill import check_text, infill_tokens
@@ -34,6 +34,8 @@ CHAT_FORMATS = {
     "llama-2": "llama2", "llama-3": "llama3", "chatml": "chatml", "qwen": "chatml", "mistral-instruct": "mistral-v1",
     "zephyr": "zephyr", "vicuna": "vicuna", "openchat": "openchat", "chatglm3": "chatglm3", "gemma": "gemma",
     "saiga": "llama2",
+    # llama-cpp-python's format for tools on a ChatML model: llamaplug's ChatML with Hermes-style tools
+    "chatml-function-calling": "chatml-tools",
 }
 DEFAULT_CHAT = "chat_template.default"  # the GGUF's own template
 
@@ -410,7 +412,8 @@ def _chat_format(name: str | None, model: lp.LlamaModel) -> tuple[str, str | Non
 def _check_chat_format(name: Any) -> None:
     """A chat_format that names no template is refused before the model is loaded."""
     if name is None or (isinstance(name, str) and (name.startswith("chat_template.")
-                                                   or CHAT_FORMATS.get(name, name) in builtin_names())):
+                                                   or CHAT_FORMATS.get(name, name) in builtin_names()
+                                                   or CHAT_FORMATS.get(name, name) in OWN_TEMPLATES)):
         return
     known = sorted(set(CHAT_FORMATS) | set(builtin_names()) | {DEFAULT_CHAT})
     raise InvalidParameterError(f"chat_format {name!r} is not one llamaplug knows; use one of {', '.join(known)}",

@@ -231,45 +231,41 @@ class ChatPlan:
 
 # llamaplug's own name for a template: ChatML with tools in the Hermes format (<tool_call>...</tool_call>), for
 # ChatML models whose own template has no place for tools (SmolLM2's): chat_template="chatml-tools".
-CHATML_TOOLS = """{%- if tools %}<|im_start|>system
-{% if messages[0].role == 'system' %}{{ messages[0].content }}
-
-{% endif %}# Tools
-
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
-<tools>
-{% for tool in tools %}{{ tool | tojson }}
-{% endfor %}</tools>
-
-For each function call, return a json object with function name and arguments within <tool_call></tool_call> \
-XML tags:
-<tool_call>
-{"name": <function-name>, "arguments": <args-json-object>}
-</tool_call><|im_end|>
-{% elif messages[0].role == 'system' %}<|im_start|>system
-{{ messages[0].content }}<|im_end|>
-{% endif %}
+CHATML_TOOLS = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0].role == 'system' %}{{- messages[0].content }}
+    {%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}
+    {{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n' ~
+        'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}
+    {%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}
+    {{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments ' ~
+        'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, ' ~
+        '\\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}
+{%- elif messages[0].role == 'system' %}
+    {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
+{%- endif %}
 {%- for message in messages %}
-{%- if message.role == 'system' and loop.first %}
-{%- elif message.role == 'assistant' %}<|im_start|>assistant
-{%- if message.content %}
-{{ message.content }}{% endif %}
-{%- for call in message.tool_calls or [] %}{% if call.function is defined %}{% set call = call.function %}{% endif %}
-<tool_call>
-{"name": "{{ call.name }}", "arguments": {{ call.arguments | tojson }}}
-</tool_call>{% endfor %}<|im_end|>
-{% elif message.role == 'tool' %}<|im_start|>user
-<tool_response>
-{{ message.content }}
-</tool_response><|im_end|>
-{% else %}<|im_start|>{{ message.role }}
-{{ message.content }}<|im_end|>
-{% endif %}
+    {%- if message.role == 'user' or (message.role == 'system' and not loop.first)
+          or (message.role == 'assistant' and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+    {%- elif message.role == 'assistant' %}
+        {{- '<|im_start|>assistant' }}
+        {%- if message.content %}{{- '\\n' + message.content }}{%- endif %}
+        {%- for call in message.tool_calls %}
+            {%- if call.function is defined %}{%- set call = call.function %}{%- endif %}
+            {{- '\\n<tool_call>\\n{\\"name\\": \\"' + call.name + '\\", \\"arguments\\": ' }}
+            {{- call.arguments | tojson }}{{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == 'tool' %}
+        {%- if loop.index0 == 0 or messages[loop.index0 - 1].role != 'tool' %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}
+        {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}
+    {%- endif %}
 {%- endfor %}
-{%- if add_generation_prompt %}<|im_start|>assistant
-{% endif %}"""
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"""
 OWN_TEMPLATES = {"chatml-tools": CHATML_TOOLS}
 
 
