@@ -22,18 +22,24 @@ import jsonschema
 import openai
 import pytest
 from llamaplug_testing import llamaplug_server
+from llamaplug_testing.chat_replies import TIME_TOOL, few_shot
 
 KEY = "s3cret"
 SLOTS = 2
 GREEDY = {"temperature": 0}  # anthropic 2.x's messages.create has no temperature argument: it goes as extra_body
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}
 ASK_WEATHER = "What is the weather in Paris?"
+# SmolLM2-135M calls a tool only after seeing it done: two earlier turns with calls, then the question.
+FEW_SHOT = few_shot("hermes")
+TIME_SCHEMA = TIME_TOOL["function"]["parameters"]
 FRUITS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three fruits."}]
 
 
 @pytest.fixture(scope="module")
 def server(smollm2_path):
-    with llamaplug_server(smollm2_path, "--parallel", str(SLOTS), "-c", "2048", "--api-key", KEY) as (port, _):
+    # chatml-tools: SmolLM2's own template has no place for tools (a request with tools would be refused)
+    with llamaplug_server(smollm2_path, "--parallel", str(SLOTS), "-c", "2048", "--api-key", KEY,
+                          "--chat-template", "chatml-tools") as (port, _):
         yield port
 
 
@@ -124,28 +130,28 @@ def test_responses_cut_by_max_output_tokens_is_incomplete(oai, model):
 
 
 def test_responses_function_call_then_its_output(oai, model):
-    tool = {"type": "function", "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER_SCHEMA}
-    got = oai.responses.create(model=model, input=ASK_WEATHER, tools=[tool], max_output_tokens=60, temperature=0,
-                               tool_choice={"type": "function", "name": "get_weather"})
+    tool = {"type": "function", "name": "get_time", "description": "The time in a zone", "parameters": TIME_SCHEMA}
+    got = oai.responses.create(model=model, input=FEW_SHOT, tools=[tool], max_output_tokens=60, temperature=0,
+                               tool_choice={"type": "function", "name": "get_time"})
     assert got.status == "completed" and [item.type for item in got.output] == ["function_call"]
     call = got.output[0]
-    assert call.name == "get_weather" and call.call_id
-    jsonschema.validate(json.loads(call.arguments), WEATHER_SCHEMA)
+    assert call.name == "get_time" and call.call_id
+    jsonschema.validate(json.loads(call.arguments), TIME_SCHEMA)
 
-    events = list(oai.responses.create(model=model, input=ASK_WEATHER, tools=[tool], max_output_tokens=60,
-                                       temperature=0, tool_choice={"type": "function", "name": "get_weather"},
+    events = list(oai.responses.create(model=model, input=FEW_SHOT, tools=[tool], max_output_tokens=60,
+                                       temperature=0, tool_choice={"type": "function", "name": "get_time"},
                                        stream=True))
     done = [e.item for e in events if e.type == "response.output_item.done"]
-    assert [(i.type, i.name, i.arguments) for i in done] == [("function_call", "get_weather", call.arguments)]
+    assert [(i.type, i.name, i.arguments) for i in done] == [("function_call", "get_time", call.arguments)]
     assert "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta") == call.arguments
 
     # The second round: the call and its output as input items give what the chat API gives for them.
     result = '{"temperature_c": 18, "sky": "clear"}'
     follow = oai.responses.create(model=model, max_output_tokens=12, temperature=0, input=[
-        {"role": "user", "content": ASK_WEATHER},
+        *FEW_SHOT,
         {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
         {"type": "function_call_output", "call_id": call.call_id, "output": result}])
-    want = chat(oai, model, [{"role": "user", "content": ASK_WEATHER},
+    want = chat(oai, model, [*FEW_SHOT,
                              {"role": "assistant", "content": None, "tool_calls": [{
                                  "id": call.call_id, "type": "function",
                                  "function": {"name": call.name, "arguments": call.arguments}}]},
@@ -239,17 +245,17 @@ def test_messages_stop_sequence_and_max_tokens(claude, oai, model):
 
 
 def test_messages_tool_use_then_its_result(claude, oai, model):
-    tools = [{"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER_SCHEMA}]
-    ask = [{"role": "user", "content": ASK_WEATHER}]
+    tools = [{"name": "get_time", "description": "The time in a zone", "input_schema": TIME_SCHEMA}]
+    ask = FEW_SHOT
     got = claude.messages.create(model=model, max_tokens=60, messages=ask, tools=tools, extra_body=GREEDY,
-                                 tool_choice={"type": "tool", "name": "get_weather"})
+                                 tool_choice={"type": "tool", "name": "get_time"})
     assert got.stop_reason == "tool_use" and [b.type for b in got.content] == ["tool_use"]
     use = got.content[0]
-    assert use.name == "get_weather" and use.id.startswith("toolu_")
-    jsonschema.validate(use.input, WEATHER_SCHEMA)
+    assert use.name == "get_time" and use.id.startswith("toolu_")
+    jsonschema.validate(use.input, TIME_SCHEMA)
 
     with claude.messages.stream(model=model, max_tokens=60, messages=ask, tools=tools, extra_body=GREEDY,
-                                tool_choice={"type": "tool", "name": "get_weather"}) as stream:
+                                tool_choice={"type": "tool", "name": "get_time"}) as stream:
         kinds = [e.type for e in stream]
         final = stream.get_final_message()
     assert "input_json" in kinds  # the client's own event for an input_json_delta
@@ -264,8 +270,8 @@ def test_messages_tool_use_then_its_result(claude, oai, model):
     want = chat(oai, model, [*ask, {"role": "assistant", "content": None, "tool_calls": [{
         "id": use.id, "type": "function", "function": {"name": use.name, "arguments": json.dumps(use.input)}}]},
         {"role": "tool", "tool_call_id": use.id, "content": result}], 12,
-        tools=[{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                                 "parameters": WEATHER_SCHEMA}}])
+        tools=[{"type": "function", "function": {"name": "get_time", "description": "The time in a zone",
+                                                 "parameters": TIME_SCHEMA}}])
     assert follow.content[0].text == want.message.content
 
 
@@ -285,7 +291,7 @@ def test_messages_tool_use_then_its_result(claude, oai, model):
     ({"max_tokens": 3, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "any"}}, 400,
      "invalid_request_error", "tool_choice"),
     ({"max_tokens": 1, "messages": [{"role": "user", "content": "word " * 3000}]}, 400, "invalid_request_error",
-     "n_ctx"),
+     "context size"),
     (b"{not json", 400, "invalid_request_error", "JSON"),
 ], ids=["no_max_tokens", "max_tokens_not_int", "no_messages", "temperature_over_1",
         "unknown_block", "tool_use_from_user", "tool_without_schema", "tool_choice_without_tools", "over_the_slot",

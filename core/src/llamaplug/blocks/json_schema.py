@@ -74,6 +74,13 @@ def _check_values(schema: Any, path: str = "#", depth: int = 0, seen: list[int] 
             _check_values(value, f"{path}/{i}", depth + 1, seen)
 
 
+def check_schema(schema: Any, path: str = "#") -> None:
+    """Refuse what llama.cpp's converter must not see (see the module's doc), wherever the schema goes (a chat
+    request's response_format and tools reach the converter inside llama.cpp's chat layer)."""
+    if isinstance(schema, dict):
+        _check_values(schema, path)
+
+
 def schema_to_gbnf(schema: Any) -> str:
     """The GBNF grammar of the JSON texts `schema` accepts (llama.cpp's converter)."""
     if isinstance(schema, bool):

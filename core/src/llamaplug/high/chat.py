@@ -26,6 +26,7 @@ from .. import plugins
 from ..blocks.chat_builtin import builtin_names
 from ..blocks.chat_layer import REASONING_FORMATS, ChatReplyParser, ChatTemplates, parser_params
 from ..blocks.chat_layer import parse_reply as parse_text
+from ..blocks.json_schema import check_schema
 from ..errors import ChatTemplateError, InvalidParameterError
 from .completion import Completion, CompletionChunk, StopReason
 from .structured import as_response_format, model_class, parse_reply
@@ -318,6 +319,8 @@ def chat_request(spec: ChatSpec, messages: list[dict[str, Any]]) -> tuple[dict[s
         tools, tool_choice = _named_tool(tools, tool_choice), "required"
     request: dict[str, Any] = {"messages": messages, "tool_choice": tool_choice or "auto"}
     if tools is not None:
+        for i, tool in enumerate(tools):  # their parameters become grammar in llama.cpp's converter
+            check_schema(tool["function"].get("parameters"), f"tools[{i}].function.parameters")
         request["tools"] = tools
     schema = spec.json_schema
     if spec.response_format is not None:
@@ -334,6 +337,7 @@ def chat_request(spec: ChatSpec, messages: list[dict[str, Any]]) -> tuple[dict[s
             raise InvalidParameterError("Cannot use custom grammar constraints with tools.", field="grammar")
         request["grammar"] = spec.grammar
     if schema is not None:
+        check_schema(schema)
         request["json_schema"] = schema
     if spec.reasoning_format is not None:
         if spec.reasoning_format not in REASONING_FORMATS:
