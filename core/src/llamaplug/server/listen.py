@@ -76,7 +76,7 @@ def serve_on(app: Any, hosts: str, port: int, **options: Any) -> None:
 
     bound = sockets(hosts, port)
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level="warning", **options)).run(sockets=bound)
+        uvicorn.Server(uvicorn.Config(app, **{"log_level": "warning", **options})).run(sockets=bound)
     finally:
         for sock in bound:
             name = sock.getsockname() if sock.family == socket.AF_UNIX else None

@@ -78,22 +78,12 @@ async def chat(body: ChatRequest, request: Request,
         choice = reply.choices[0].model_copy(update={"index": i})
         if n_logprobs is not None:
             choice.logprobs = {"content": [token_entry(llama.model, lp) for lp in completion.logprobs or []]}
-        prefill = _continued(body)
-        if prefill and choice.message.content is not None:  # as llama-server: the whole continued message
-            choice.message = choice.message.model_copy(update={"content": prefill + choice.message.content})
         choices.append(choice)
     usage = replies[0].usage
     n_out = sum(len(c.tokens) for c in done)  # as OpenAI: every choice's tokens
     usage = usage.model_copy(update={"completion_tokens": n_out, "total_tokens": usage.prompt_tokens + n_out})
     return ChatReply(**{**replies[0].model_dump(), "choices": choices, "usage": usage},
                      timings=timings(done[0].timings))
-
-
-def _continued(body: ChatRequest) -> str:
-    """The text of the assistant message that `continue_final_message` continues ("" if none)."""
-    last = body.messages[-1] if body.continue_final_message else {}
-    content = last.get("content") if last.get("role") == "assistant" else None
-    return content if isinstance(content, str) else ""
 
 
 def _n_logprobs(body: ChatRequest) -> int | None:
