@@ -366,9 +366,9 @@ def test_llama_arg_variables_configure_both_the_same(native_tools, smollm2_path,
 
 def test_a_variable_of_a_flag_we_lack_is_an_error_naming_it(smollm2_path):
     out = subprocess.run([sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(smollm2_path)],
-                         env={**os.environ, "LLAMA_ARG_FLASH_ATTN": "on", "LLAMA_ARG_PORT": str(free_port())},
+                         env={**os.environ, "LLAMA_ARG_UBATCH": "256", "LLAMA_ARG_PORT": str(free_port())},
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 1 and "LLAMA_ARG_FLASH_ATTN" in out.stderr
+    assert out.returncode == 1 and "LLAMA_ARG_UBATCH" in out.stderr
 
 
 def test_the_command_line_wins_over_the_environment(monkeypatch):
