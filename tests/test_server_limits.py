@@ -77,7 +77,10 @@ def request(port: int, method: str, path: str, body: bytes | str | dict | None =
         if key:
             headers["Authorization"] = f"Bearer {KEY}"
         data = json.dumps(body) if isinstance(body, dict) else body
-        conn.request(method, path, data, headers)
+        try:
+            conn.request(method, path, data, headers)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered (a 413) and closed before the whole body went: its answer is still there
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     finally:
