@@ -1,7 +1,7 @@
 """In CI a skip is a failure, unless it is one of the known hardware skips (GPU, CUDA).
 
 A skip hides breakage when what is missing should be there: a native module that failed to build
-(`importorskip("llamaplug_mtmd._cffi")`), an extra that no longer imports (Ray), a model tox installs
+(the mtmd tests import theirs outright for that reason), an extra that no longer imports (Ray), a model tox installs
 (Gemma). Locally those skips say what to install; where `CI` is set (GitHub Actions sets CI=true; tox
 passes it on), this plugin turns every skipped test, and every module skipped while being collected,
 into a failure that keeps the skip's reason. Allowed to skip: tests marked `gpu` or `cuda`, and the

@@ -11,13 +11,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import llamaplug_mtmd._cffi  # noqa: F401 - a plugin that failed to build fails here, never skips
 import pytest
 from fixtures.tiny_mmproj import bmp_bytes, png_bytes, sample_image, sample_tone, wav_bytes
-from llamaplug_testing import CHATML, REPO, THREADS, greedy
-
-pytest.importorskip("llamaplug_mtmd._cffi", reason="llamaplug-mtmd is not built here (pip install ./plugins/mtmd)")
-
 from llamaplug_mtmd import DEFAULT_MARKER, MtmdBitmap, MtmdContext, MtmdParams  # noqa: E402
+from llamaplug_testing import CHATML, REPO, THREADS, greedy
 
 import llamaplug as lp  # noqa: E402
 

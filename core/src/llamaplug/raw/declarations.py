@@ -50,36 +50,8 @@ enum ggml_numa_strategy {
 # - SIGINT -> abort: a C signal handler sets a flag (and chains to Python's own),
 #   and a C abort callback reads it (and the context's own cancel flag) between
 #   graph nodes. Calling into Python for every node would cost more than the check itself.
-C_HELPERS_CDEF = """
-static void llamaplug_log_discard(enum ggml_log_level, const char *, void *);
-static int llamaplug_install_sigint(void);
-static bool llamaplug_abort_on_interrupt(void *);
-static int llamaplug_take_interrupt(void);
-static int llamaplug_sampler_sample(struct llama_sampler *, struct llama_context *, int32_t, llama_token_data *,
-                                    size_t, llama_token *);
-static int llamaplug_sampler_sample_grammar(struct llama_sampler *, struct llama_sampler *, struct llama_context *,
-                                            int32_t, llama_token_data *, size_t, llama_token *);
-int llamaplug_fit_params(const char *, struct llama_model_params *, struct llama_context_params *, float *,
-                         struct llama_model_tensor_buft_override *, size_t *, uint32_t);
-/* core/native/chat_shim.cpp, in libllamaplug-common: llama.cpp's chat layer (common/chat.h) and JSON-schema
-   converter, JSON in and out; strings it returns (and *err) are freed with llamaplug_chat_string_free. */
-void llamaplug_chat_string_free(char *);
-void * llamaplug_chat_templates_new(const struct llama_model *, const char *, const char *, const char *, char **);
-void llamaplug_chat_templates_free(void *);
-char * llamaplug_chat_templates_info(void *, char **);
-char * llamaplug_chat_apply(void *, const char *, char **);
-char * llamaplug_chat_parse(const char *, const char *, int, char **);
-void * llamaplug_chat_stream_new(const char *, char **);
-void llamaplug_chat_stream_free(void *);
-char * llamaplug_chat_stream_update(void *, const char *, int, char **);
-char * llamaplug_json_schema_to_grammar(const char *, char **);
-int llamaplug_chat_grammar_prefill(struct llama_sampler *, const llama_token *, size_t, char **);
-"""
-C_HELPERS_SOURCE = """
-#include "ggml-cpu.h"
-#include <math.h>
-#include <signal.h>
-
+# The C functions of core/native's shims (libllamaplug-common): declared for cffi and prototyped for its module.
+NATIVE_SHIMS = """
 /* core/native/fit_shim.cpp, in libllamaplug-common: llama.cpp's common/fit.cpp behind one C function. */
 int llamaplug_fit_params(const char *, struct llama_model_params *, struct llama_context_params *, float *,
                          struct llama_model_tensor_buft_override *, size_t *, uint32_t);
@@ -96,7 +68,24 @@ void llamaplug_chat_stream_free(void *);
 char * llamaplug_chat_stream_update(void *, const char *, int, char **);
 char * llamaplug_json_schema_to_grammar(const char *, char **);
 int llamaplug_chat_grammar_prefill(struct llama_sampler *, const llama_token *, size_t, char **);
+"""
 
+C_HELPERS_CDEF = """
+static void llamaplug_log_discard(enum ggml_log_level, const char *, void *);
+static int llamaplug_install_sigint(void);
+static bool llamaplug_abort_on_interrupt(void *);
+static int llamaplug_take_interrupt(void);
+static int llamaplug_sampler_sample(struct llama_sampler *, struct llama_context *, int32_t, llama_token_data *,
+                                    size_t, llama_token *);
+static int llamaplug_sampler_sample_grammar(struct llama_sampler *, struct llama_sampler *, struct llama_context *,
+                                            int32_t, llama_token_data *, size_t, llama_token *);
+""" + NATIVE_SHIMS + """"""
+C_HELPERS_SOURCE = """
+#include "ggml-cpu.h"
+#include <math.h>
+#include <signal.h>
+
+""" + NATIVE_SHIMS + """
 static void llamaplug_log_discard(enum ggml_log_level level, const char * text, void * user_data) {
     (void) level; (void) text; (void) user_data;
 }
