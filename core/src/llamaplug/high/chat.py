@@ -211,11 +211,6 @@ class ChatPlan:
     params: dict[str, Any]
     reasoning_format: str = "auto"
     response_format: Any = None
-    tool_names: tuple[str, ...] = ()
-
-    @property
-    def has_tools(self) -> bool:
-        return bool(self.params.get("parse_tool_calls"))
 
     def parser(self, stream: bool) -> dict[str, Any]:
         return parser_params(self.params, self.reasoning_format, stream)
@@ -400,8 +395,7 @@ def plan_chat(llama: Llama, spec: ChatSpec, messages: list[dict[str, Any]] | Non
             "this chat template has no place for tools (the prompt it renders does not name them), so the model "
             "would not see them; give a template that does: chat_template=\"chatml-tools\" for a ChatML model "
             "(--chat-template chatml-tools), a model maker's own, or tool_choice=\"none\"", field="tools")
-    return ChatPlan(params, spec.reasoning_format or params.get("reasoning_format", "auto"), spec.response_format,
-                    names)
+    return ChatPlan(params, spec.reasoning_format or params.get("reasoning_format", "auto"), spec.response_format)
 
 
 def as_chat(completion: Completion, model: str, plan: ChatPlan | None = None,
