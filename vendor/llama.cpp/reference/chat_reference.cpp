@@ -1,6 +1,7 @@
 // What llama.cpp's own chat layer (common/chat.h of the pin, the tools' libllama-common) makes of one
 // template: the prompt of a request with tools, a reply that calls a tool in the template's own format
-// (taken from the template's rendering of an assistant tool call), and that reply parsed whole and
+// (taken from the template's rendering of an assistant tool call, after the prompt or, where a finished turn
+// is rendered otherwise, after the prompt's generation prompt), and that reply parsed whole and
 // streamed (llama-server's diffs, accumulated). The reference for tests/test_chat_templates.py.
 //
 // usage: llamaplug-chat-reference MODEL.gguf < {"template": TEXT, "request": {...}, "assistant": {...},
@@ -94,6 +95,41 @@ static std::string grammar_cut(const llama_model * model, const common_chat_para
     return ended;
 }
 
+// A template that renders a finished turn otherwise than it opens one (a thinking block the prompt opens and a
+// past turn drops, as R1 distills and QwQ do): the turn's text after the prompt without its generation prompt
+// (the part llama.cpp's parser reads as already written), after what the turn shares with that generation
+// prompt; where the generation prompt left a thinking block open, a model closes it first.
+static bool continued_turn(const common_chat_params & params, const std::string & rendered, std::string & reply) {
+    const std::string & prompt = params.prompt;
+    const std::string & gen    = params.generation_prompt;
+    if (gen.empty() || prompt.size() < gen.size() || prompt.compare(prompt.size() - gen.size(), gen.size(), gen) != 0) {
+        return false;
+    }
+    const std::string base = prompt.substr(0, prompt.size() - gen.size());
+    if (rendered.rfind(base, 0) != 0) {
+        return false;
+    }
+    const std::string turn = rendered.substr(base.size());
+    size_t            k    = 0;
+    while (k < turn.size() && k < gen.size() && turn[k] == gen[k]) {
+        ++k;
+    }
+    while (k > 0 && k < gen.size() && turn[k - 1] != '>' && turn[k - 1] != '\n') {
+        --k;  // parted inside a tag ("<think>" against "</think>"): from the tag's start
+    }
+    reply                   = turn.substr(k);
+    const std::string left  = gen.substr(k);  // what the prompt opens that the finished turn does not show
+    const bool        open  = !params.thinking_start_tag.empty() && left.find(params.thinking_start_tag) != std::string::npos;
+    bool closed = false;
+    for (const auto & tag : params.thinking_end_tags) {
+        closed |= reply.rfind(tag, 0) == 0;
+    }
+    if (open && !closed && !params.thinking_end_tags.empty()) {
+        reply = params.thinking_end_tags.front() + reply;
+    }
+    return !reply.empty();
+}
+
 static common_chat_templates_inputs inputs_of(const json & request, bool add_generation_prompt,
                                               common_reasoning_format reasoning_format) {
     common_chat_templates_inputs in;
@@ -141,13 +177,16 @@ int main(int argc, char ** argv) {
         json with_call = request;
         with_call["messages"].push_back(input.at("assistant"));
         auto   rendered = common_chat_templates_apply(tmpls.get(), inputs_of(with_call, false, rformat)).prompt;
-        if (rendered.rfind(params.prompt, 0) != 0) {
+        std::string reply;
+        if (rendered.rfind(params.prompt, 0) == 0) {
+            reply = rendered.substr(params.prompt.size());
+        } else if (!continued_turn(params, rendered, reply)) {
             out["reply"] = nullptr;  // the rendering does not continue the prompt: no reply to take
             out["why"]   = "the template's rendering of the turn does not continue its own prompt";
             std::cout << out.dump() << "\n";
             return 0;
         }
-        std::string reply = rendered.substr(params.prompt.size());
+        out["derived"] = rendered.rfind(params.prompt, 0) == 0 ? "continued" : "after the generation prompt";
         // What the template writes after an assistant turn's text ("<|im_end|>\n", "<|eot_id|>", ...) is the
         // end of turn a model writes as its end token: cut it off (found with a plain-text turn).
         json with_text = request;
@@ -169,6 +208,7 @@ int main(int argc, char ** argv) {
                 reply = reply.substr(0, at);
             }
         }
+        out["turn"] = reply;  // before the grammar's cut: what a failed derivation started from
         reply = grammar_cut(model, params, reply);
         common_chat_parser_params pp(params);
         pp.reasoning_format = rformat;
