@@ -248,15 +248,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .catalog import default_model
     from .errors import InvalidParameterError
 
+    if not args.models_dir and not args.ray:  # the -m models load with the default backends
+        from .blocks.backend import probe_ahead
+
+        probe_ahead()  # the backends' probes run while the web stack imports: /health is ready sooner
     try:
-        import copy
+        import importlib.util
 
-        import uvicorn
-
-        from .server.app import create_app_for
-        from .server.cors import Cors
-        from .server.http_limits import uvicorn_options
-        from .server.listen import serve_on
+        if importlib.util.find_spec("uvicorn") is None:
+            raise ImportError(name="uvicorn")
         from .server.model_specs import spec_for_file, specs_from_dir
         from .server.registry import ModelRegistry
     except ImportError as exc:
@@ -303,8 +303,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _serve_on_ray(specs[0].params, args)
     registry = ModelRegistry(specs=specs, max_loaded=args.max_loaded, keep_alive=args.keep_alive,
                              sleep_idle=args.sleep_idle, max_queue=args.max_queue, chat=chat)
+    loading = None
     if len(specs) == 1:  # one model: load it now, so a bad file fails here rather than at the first request
-        llama = registry.preload(specs[0].id).llama
+        from concurrent.futures import ThreadPoolExecutor
+
+        # The load (native code, the GIL released) runs while the web stack imports: /health is ready sooner.
+        # (Off the main thread the core leaves Ctrl-C alone, as uvicorn takes it over anyway.)
+        loader = ThreadPoolExecutor(1, thread_name_prefix="llamaplug-preload")
+        loading = loader.submit(registry.preload, specs[0].id)
+        loader.shutdown(wait=False)
+    import copy
+
+    import uvicorn
+
+    from .server.app import create_app_for
+    from .server.cors import Cors
+    from .server.http_limits import uvicorn_options
+    from .server.listen import serve_on
+
+    if loading is not None:
+        llama = loading.result().llama
         print(f"llamaplug serve {specs[0].params.model_path} on http://{args.host}:{args.port} ({args.parallel} "
               f"slots of {llama.engine.n_ctx_seq} tokens)", file=sys.stderr, flush=True)
     else:

@@ -12,18 +12,19 @@ dead caller. Verdicts are cached for the life of the process.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
-import functools
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
-
-import cffi
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,22 +59,16 @@ class BackendSpec:
     ggml_version: str
 
 
-@functools.cache
-def _module_ffi() -> cffi.FFI:
-    """A backend module's entry points, called without registering it (ABI mode: the modules are
-    loaded by path, not linked). Built on first use: cdef needs pycparser, 30 ms at import."""
-    module_ffi = cffi.FFI()
-    module_ffi.cdef("int ggml_backend_score(void);")
-    return module_ffi
-
-
 def module_score(path: Path) -> int:
     """ggml's own score of a backend module for this machine (0: cannot run here)."""
-    handle = _module_ffi().dlopen(str(path))
+    # ctypes, not cffi's ABI mode: its cdef would import pycparser (90 ms of every start) for one call.
+    handle = ctypes.CDLL(str(path))
     try:
-        return int(handle.ggml_backend_score())
+        score = handle.ggml_backend_score
     except AttributeError:  # modules without variants have no score: they always run
         return 1
+    score.argtypes, score.restype = [], ctypes.c_int
+    return int(score())
 
 
 _MARK = "LLAMAPLUG-PROBE "
@@ -85,10 +80,39 @@ def module_files(lib_dir: Path, name: str) -> list[Path]:
     return sorted(lib_dir.glob(f"*ggml-{name}*{_SUFFIX}"))
 
 
-@functools.cache
+_verdicts: dict[tuple[str, str, float], Future[dict[str, Any]]] = {}
+_verdicts_lock = threading.Lock()
+
+
 def isolated(module: str, function: str, timeout: float = 30.0) -> dict[str, Any]:
-    """`module.function()` (returning a JSON-able dict with ok/reason) run in a child interpreter."""
-    code = (f"import importlib, json; r = importlib.import_module({module!r}).{function}(); "
+    """`module.function()` (returning a JSON-able dict with ok/reason) run in a child interpreter, once per
+    process: a second caller, even one asking while the child runs (a probe started ahead), gets the same verdict.
+
+    The child runs the module's file alone, not its package: importing a plugin imports llamaplug, which
+    would double a probe's cost (and every server's start) for nothing a probe needs. So a probe module
+    imports only the standard library.
+    """
+    key = (module, function, timeout)
+    with _verdicts_lock:
+        future = _verdicts.get(key)
+        mine = future is None
+        if mine:
+            future = _verdicts[key] = Future()
+    if mine:
+        try:
+            future.set_result(_run_isolated(module, function, timeout))
+        except BaseException as exc:  # the callers waiting on it get it too, rather than waiting for good
+            future.set_exception(exc)
+    return future.result()
+
+
+def _run_isolated(module: str, function: str, timeout: float) -> dict[str, Any]:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return {"ok": False, "reason": f"probe {module}.{function}: no such module"}
+    code = ("import importlib.util as u, json, sys; "
+            f"s = u.spec_from_file_location({module!r}, {spec.origin!r}); m = u.module_from_spec(s); "
+            f"sys.modules[{module!r}] = m; s.loader.exec_module(m); r = m.{function}(); "
             f"print({_MARK!r} + json.dumps(r))")
     env = dict(os.environ, LLAMAPLUG_LOG="none")
     try:

@@ -38,6 +38,22 @@ def set_level(name: str | None) -> None:
         _level_chosen[0] = True
     if log.level == logging.NOTSET or log.level > level:
         log.setLevel(level)
+    _filter_in_c()
+
+
+# logging level -> the least ggml level (1 debug, 2 info, 3 warn, 4 error, 6 none) the C filter lets through
+_C_LEVEL = {logging.DEBUG: 1, logging.INFO: 2, logging.WARNING: 3, logging.ERROR: 4}
+
+
+def _filter_in_c() -> None:
+    """Tell the C filter in front of the callback what this module would drop anyway: what the threshold drops,
+    unless a capture (warnings and errors) or a listener (everything) wants it."""
+    least = _C_LEVEL.get(_threshold[0], 6)
+    if _captures:
+        least = min(least, 3)
+    if _listeners:
+        least = 1
+    lib.llamaplug_log_set_min(least)
 
 
 _captures: list[list[str]] = []
@@ -49,10 +65,12 @@ def capture_errors() -> Iterator[list[str]]:
     """Collect native warning and error lines emitted inside the block (to explain a NULL return)."""
     lines: list[str] = []
     _captures.append(lines)
+    _filter_in_c()
     try:
         yield lines
     finally:
         _captures.remove(lines)
+        _filter_in_c()
 
 
 @contextlib.contextmanager
@@ -63,10 +81,12 @@ def listen(fn: Callable[[int, str], None]) -> Iterator[None]:
     by the default threshold). `text` is one llama_log call's text, newline included when it has one.
     """
     _listeners.append(fn)
+    _filter_in_c()
     try:
         yield
     finally:
         _listeners.remove(fn)
+        _filter_in_c()
 
 
 _silent = [0]
@@ -109,7 +129,7 @@ def _llamaplug_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
 
 def c_callback() -> Any:
     """This module's C log callback (a ggml_log_callback), for native libraries that log through their own setter."""
-    return lib._llamaplug_log_cb
+    return lib.llamaplug_log_filtered
 
 
 def c_sink() -> Any:
@@ -121,7 +141,8 @@ def install() -> None:
     if not _level_chosen[0]:
         set_level(None)  # LLAMAPLUG_LOG; a level set before (LlamaParams.log_level) stays
         _level_chosen[0] = True
-    lib.llama_log_set(lib._llamaplug_log_cb, ffi.NULL)
+    _filter_in_c()
+    lib.llama_log_set(lib.llamaplug_log_filtered, ffi.NULL)
     atexit.register(_uninstall)
 
 

@@ -266,6 +266,25 @@ def _verdict(spec: BackendSpec) -> ProbeResult:
         return ProbeResult(False, f"probe failed: {type(exc).__name__}: {exc}")
 
 
+def probe_ahead() -> None:
+    """Start the installed backends' probes now, in a thread: a probe that needs a child interpreter then runs
+    while the caller goes on (a server imports its web stack meanwhile), and `LlamaBackend.init` finds the
+    verdicts made or being made (`probes.isolated` runs each child once)."""
+    if LlamaBackend.initialised():
+        return
+
+    def run() -> None:
+        try:
+            wanted = _requested(None)
+            for spec in plugins.backend_specs():
+                if wanted is None or spec.name in wanted or spec.name == "cpu":
+                    threading.Thread(target=_verdict, args=(spec,), daemon=True).start()
+        except Exception:  # noqa: BLE001 - LlamaBackend.init meets the same failure and reports it
+            log.debug("probing ahead failed", exc_info=True)
+
+    threading.Thread(target=run, name="llamaplug-probe-ahead", daemon=True).start()
+
+
 def _load_backends(explicit: list[str] | None) -> list[BackendStatus]:
     specs = plugins.backend_specs()
     if not specs:

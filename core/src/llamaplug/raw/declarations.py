@@ -72,6 +72,8 @@ int llamaplug_chat_grammar_prefill(struct llama_sampler *, const llama_token *, 
 
 C_HELPERS_CDEF = """
 static void llamaplug_log_discard(enum ggml_log_level, const char *, void *);
+static void llamaplug_log_filtered(enum ggml_log_level, const char *, void *);
+static void llamaplug_log_set_min(int);
 static int llamaplug_install_sigint(void);
 static bool llamaplug_abort_on_interrupt(void *);
 static int llamaplug_take_interrupt(void);
@@ -88,6 +90,27 @@ C_HELPERS_SOURCE = """
 """ + NATIVE_SHIMS + """
 static void llamaplug_log_discard(enum ggml_log_level level, const char * text, void * user_data) {
     (void) level; (void) text; (void) user_data;
+}
+
+/* llama.cpp's lines below this level (ggml's scale: 1 debug ... 4 error, 6 none) are dropped here, before Python:
+   each line that reaches Python takes the GIL, and a model loading beside a thread that imports waited for it
+   line by line. A continuation (CONT) goes where the line it continues went. */
+static volatile int llamaplug_log_min = 4;
+static volatile int llamaplug_log_passed = 0;
+
+static void _llamaplug_log_cb(enum ggml_log_level, const char *, void *);
+
+static void llamaplug_log_set_min(int level) {
+    llamaplug_log_min = level;
+}
+
+static void llamaplug_log_filtered(enum ggml_log_level level, const char * text, void * user_data) {
+    if (level != GGML_LOG_LEVEL_CONT) {
+        llamaplug_log_passed = (level == GGML_LOG_LEVEL_NONE ? GGML_LOG_LEVEL_INFO : (int) level) >= llamaplug_log_min;
+    }
+    if (llamaplug_log_passed) {
+        _llamaplug_log_cb(level, text, user_data);
+    }
 }
 
 static volatile sig_atomic_t llamaplug_interrupted = 0;

@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
 from ..errors import BackendError, ClosedError, ContextOverflowError, DecodeError, LlamaError, ModelNotFoundError
+from .api_error import ApiError
 from .schemas import ErrorBody
 
 # For a route's `responses=`: the statuses its errors may have, in the OpenAPI document.
@@ -29,22 +30,6 @@ STATUS_BY_CLASS: dict[type[LlamaError], tuple[int, str, str]] = {
     DecodeError: (500, "server_error", "decode_failed"),
     BackendError: (500, "server_error", "backend_failed"),
 }
-
-
-class ApiError(Exception):
-    """An error response: HTTP `status`, OpenAI's error `kind` (its "type"), the request field `param`, a `code`.
-
-    `native` holds what llama-server's shape has beyond code/message/type (its own "type" included, where the
-    status alone does not say it: "exceed_context_size_error" with n_prompt_tokens and n_ctx). `headers` go
-    with it (Retry-After on a 503 of a full queue).
-    """
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, native: dict[str, Any] | None = None, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.kind, self.param, self.code = status, kind, param, code
-        self.native = native or {}
-        self.headers = headers
 
 
 def as_api_error(exc: Exception) -> ApiError:

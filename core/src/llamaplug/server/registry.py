@@ -41,7 +41,7 @@ from ..high.llama import Llama
 from ..high.requests import chat_job
 from ..params import LlamaParams
 from . import durations
-from .errors import ApiError
+from .api_error import ApiError
 
 log = logging.getLogger("llamaplug.server.registry")
 

@@ -1,5 +1,7 @@
 """Can Vulkan run here? Runs in the probe's child interpreter (a broken driver may crash or hang).
 
+The child runs this file alone (probes.isolated): the standard library only, the core's ggml through ctypes.
+
 It needs the Vulkan loader (libvulkan.so.1), a driver (ICD) that creates an
 instance, and a device that ggml-vulkan itself accepts. ggml skips CPU-type
 devices (Mesa's lavapipe/llvmpipe) unless GGML_VK_VISIBLE_DEVICES names them.
@@ -8,12 +10,11 @@ devices (Mesa's lavapipe/llvmpipe) unless GGML_VK_VISIBLE_DEVICES names them.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import sys
 from pathlib import Path
 from typing import Any
-
-from llamaplug.probes import module_files
 
 LIB = Path(__file__).resolve().parent / "lib"
 
@@ -81,6 +82,25 @@ def _driver_env() -> str:
     return f"; {'; '.join(parts)}" if parts else ""
 
 
+def _core_ggml() -> ctypes.CDLL | None:
+    """The core's libggml (found without importing llamaplug), with the five calls the probe makes."""
+    spec = importlib.util.find_spec("llamaplug")  # a top-level package: found, not run
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    name = "ggml.dll" if sys.platform == "win32" else "libggml.so"
+    path = Path(next(iter(spec.submodule_search_locations))) / "lib" / name
+    if not path.is_file():
+        return None
+    ggml = ctypes.CDLL(str(path))
+    for fn, args, res in (("ggml_backend_load", [ctypes.c_char_p], ctypes.c_void_p),
+                          ("ggml_backend_reg_dev_count", [ctypes.c_void_p], ctypes.c_size_t),
+                          ("ggml_backend_reg_dev_get", [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p),
+                          ("ggml_backend_dev_name", [ctypes.c_void_p], ctypes.c_char_p),
+                          ("ggml_backend_dev_description", [ctypes.c_void_p], ctypes.c_char_p)):
+        getattr(ggml, fn).argtypes, getattr(ggml, fn).restype = args, res
+    return ggml
+
+
 def probe() -> dict[str, Any]:
     """Loader, driver, devices, then the devices ggml-vulkan accepts."""
     try:
@@ -94,21 +114,21 @@ def probe() -> dict[str, Any]:
         return {"ok": False, "reason": f"the Vulkan loader found no physical device{_driver_env()}"}
     seen = ", ".join(f"{i}: {name} ({kind})" for i, (name, kind) in enumerate(devices))
 
-    from llamaplug.raw import ffi, lib
-
-    modules = module_files(LIB, "vulkan")
+    modules = sorted(LIB.glob("*ggml-vulkan*.so")) + sorted(LIB.glob("*ggml-vulkan*.dll"))
     if not modules:
         return {"ok": False, "reason": f"no ggml-vulkan module in {LIB}: reinstall llamaplug-backend-vulkan"}
     visible = os.environ.get("GGML_VK_VISIBLE_DEVICES")
-    reg = lib.ggml_backend_load(str(modules[0]).encode())
-    if reg == ffi.NULL:
+    ggml = _core_ggml()
+    if ggml is None:
+        return {"ok": False, "reason": "llamaplug's own ggml library was not found: reinstall llamaplug"}
+    reg = ggml.ggml_backend_load(str(modules[0]).encode())
+    if not reg:
         hint = f"; GGML_VK_VISIBLE_DEVICES={visible} must name indices among them" if visible is not None else ""
         return {"ok": False, "reason": f"ggml-vulkan could not initialise Vulkan (devices: {seen}){hint}"}
     usable = []
-    for i in range(lib.ggml_backend_reg_dev_count(reg)):
-        dev = lib.ggml_backend_reg_dev_get(reg, i)
-        usable.append(f"{ffi.string(lib.ggml_backend_dev_name(dev)).decode()}: "
-                      f"{ffi.string(lib.ggml_backend_dev_description(dev)).decode()}")
+    for i in range(ggml.ggml_backend_reg_dev_count(reg)):
+        dev = ggml.ggml_backend_reg_dev_get(reg, i)
+        usable.append(f"{ggml.ggml_backend_dev_name(dev).decode()}: {ggml.ggml_backend_dev_description(dev).decode()}")
     cpu_only = all(kind == "CPU" for _, kind in devices)
     if not usable:
         if cpu_only:
