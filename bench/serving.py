@@ -100,16 +100,25 @@ def ours_ratio(llama: Any, prompts: list[list[int]]) -> dict[str, float]:
     def chain() -> lp.SamplerChain:  # greedy that never ends early, as batched-bench's fixed -ntg
         return lp.SamplerChain().logit_bias(banned).greedy()
 
+    def fresh(prompt: list[int]) -> lp.Completion:
+        llama.context.kv_cache_clear()  # llama-batched-bench decodes every prompt: no slot reuses a prefix
+        return llama.create_completion(prompt, NTG, sampler=chain())
+
     t0 = time.perf_counter()
-    alone = [llama.create_completion(p, NTG, sampler=chain()) for p in prompts]
+    alone = [fresh(p) for p in prompts]
     t1 = time.perf_counter()
+    llama.context.kv_cache_clear()
     together = llama.create_completions(prompts, NTG, sampler=chain)
     t2 = time.perf_counter()
     assert all(len(c.tokens) == NTG for c in alone + together)
+    cached = [c.timings.cached_tokens for c in alone + together]
+    if any(cached):  # cached work counted as fresh would inflate the ratio (issue 36 B1)
+        raise RuntimeError(f"prompts reused cached tokens: {cached}")
     # Equal on SmolLM2 (Q4_1); on Gemma-3 (Q4_K) the CPU backend's batched matmul sums in another
     # order than its one-row path, so a greedy text can part ways after some tokens: counted, not asserted.
     same = sum(a.text == b.text for a, b in zip(alone, together)) / N_SEQ
-    return {"ratio": (t1 - t0) / (t2 - t1), "b1_s": (t1 - t0) / N_SEQ, "b16_s": t2 - t1, "same_text": same}
+    return {"ratio": (t1 - t0) / (t2 - t1), "b1_s": (t1 - t0) / N_SEQ, "b16_s": t2 - t1, "same_text": same,
+            "cached_tokens": sum(cached)}
 
 
 def bench_engine(args: argparse.Namespace) -> dict[str, Any]:
@@ -121,7 +130,7 @@ def bench_engine(args: argparse.Namespace) -> dict[str, Any]:
         path = model_path(name)
         rounds = []
         with lp.Llama.load(lp.LlamaParams(path, n_ctx=N_SEQ * (NPP + NTG) + 64, n_seq_max=N_SEQ,
-                                          n_threads=THREADS, n_batch=2048)) as llama:
+                                          n_threads=THREADS, n_batch=2048, cache_ram_mib=0)) as llama:
             words = llama.tokenize(open(ROOT / "README.md", encoding="utf-8").read(), False)
             prompts = [[llama.model.bos or 0, *words[i * 50:i * 50 + NPP - 1]] for i in range(N_SEQ)]
             ours_ratio(llama, prompts[:2])  # warm-up
@@ -159,9 +168,11 @@ def start(kind: str, model: Path, slots: int, per_slot: int) -> tuple[subprocess
     elif kind == "native":
         cmd = [str(native_bin() / "llama-server"), "-m", str(model), "-t", str(THREADS), "-np", str(slots),
                "-c", str(slots * per_slot), "--host", "127.0.0.1", "--port", str(port), "--metrics"]
-    elif kind == "llamaplug":
+    elif kind in ("llamaplug", "before"):
         cmd = [sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(model), "-t", str(THREADS), "--parallel",
                str(slots), "-c", str(slots * per_slot), "--port", str(port)]
+        if kind == "before":  # an earlier tree's Python package over this build's native part (--before)
+            return launch(kind, cmd, port, env={**os.environ, "PYTHONPATH": os.environ["BENCH_BEFORE"]}), port
     else:
         import peer_env
 
@@ -312,8 +323,10 @@ def _chat_turns(kinds: list[str], model: Path, clients: int, rounds: int,
 
 def bench_chat(args: argparse.Namespace) -> dict[str, Any]:
     model = model_path(args.model)
-    kinds = ["native", "llamaplug", "router"]
-    results: dict[str, Any] = {"method": "restart" if args.restart else "alternate"}
+    kinds = ["native", "llamaplug", "router"] + (["before"] if args.before else [])
+    if args.before:
+        os.environ["BENCH_BEFORE"] = str(Path(args.before).resolve())
+    results: dict[str, Any] = {"method": "restart" if args.restart else "alternate", "before": args.before}
     for clients in map(int, args.clients.split(",")):
         runs: dict[str, list[float]] = {k: [] for k in kinds}
         errors = dict.fromkeys(kinds, 0)
@@ -334,6 +347,12 @@ def bench_chat(args: argparse.Namespace) -> dict[str, Any]:
               f"{med['router']:.1f} tok/s; ours/native {row['ours_over_native']:.3f}, router/native "
               f"{row['router_over_native']:.3f}, median of the rounds' ours/native "
               f"{statistics.median(per_round):.3f} (target >= 1.0)", flush=True)
+        if args.before:
+            row["ours_over_before"] = med["llamaplug"] / med["before"]
+            row["per_round_ours_over_before"] = [o / b for o, b in zip(runs["llamaplug"], runs["before"],
+                                                                       strict=True)]
+            print(f"{clients} clients: before {med['before']:.1f} tok/s; ours/before {row['ours_over_before']:.3f}, "
+                  f"median of the rounds' {statistics.median(row['per_round_ours_over_before']):.3f}", flush=True)
         results[f"clients={clients}"] = row
     return results
 
@@ -553,6 +572,8 @@ def main() -> None:
     c.add_argument("--clients", default="8,32")
     c.add_argument("--requests", type=int, default=96)
     c.add_argument("--rounds", type=int, default=2, help="each round runs every server once; odd rounds reversed")
+    c.add_argument("--before", metavar="DIR", help="also serve an earlier tree's llamaplug package (DIR holds "
+                   "its llamaplug/ over this build's native files) in the rotation: ours/before is the change's cost")
     c.add_argument("--restart", action="store_true",
                    help="start each server anew for every run (the first method) instead of keeping all three up")
     k = sub.add_parser("cold")
