@@ -3,7 +3,9 @@
 Each probe goes to a fresh `llamaplug serve` (loopback, bounded): the request ends in a 4xx or a success
 within a time limit, /health answers within 0.5 s while it runs, resident memory grows by at most
 256 MiB, and the server is still up after. The converter's growth is measured on generated schemas:
-grammar size and conversion time grow at most linearly with the schema (its digits, its properties).
+grammar size and conversion time grow at most linearly with the schema (its digits, its properties, and a
+hypothesis-generated set of nested schemas, where each verdict and grammar also equals llama.cpp's converter's
+as the pin's tools build it).
 """
 
 from __future__ import annotations
@@ -145,3 +147,70 @@ def test_more_optional_properties_than_the_cap_are_refused_naming_where():
     assert "#/properties/inner/properties" in str(err.value) and str(MAX_OPTIONAL) in str(err.value)
     required = dict(_optional_props(MAX_OPTIONAL + 1), required=[f"p{i}" for i in range(MAX_OPTIONAL + 1)])
     assert "p512" in schema_to_gbnf(required)  # required ones have no such cost
+
+
+# Generated schemas of bounded size (up to ~3 KB): the shapes the converter handles (scalars with their bounds,
+# enums, arrays, objects with required and optional properties, anyOf), nested, and two it refuses.
+_NAMES = st.text(alphabet="abcdefghij_", min_size=1, max_size=6)
+_SCALARS = st.one_of(
+    st.just({"type": "string"}), st.just({"type": "boolean"}), st.just({"type": "null"}),
+    st.builds(lambda lo, n: {"type": "string", "minLength": lo, "maxLength": lo + n},
+              st.integers(0, 20), st.integers(0, 20)),
+    st.builds(lambda lo, n: {"type": "integer", "minimum": lo, "maximum": lo + n},
+              st.integers(-10 ** 9, 10 ** 9), st.integers(0, 10 ** 9)),
+    st.builds(lambda lo: {"type": "integer", "minimum": lo}, st.integers(-10 ** 6, 10 ** 6)),
+    st.just({"type": "number"}),
+    st.builds(lambda values: {"enum": values}, st.lists(st.one_of(st.integers(-99, 99), _NAMES), min_size=1,
+                                                          max_size=5, unique=True)),
+    st.builds(lambda v: {"const": v}, _NAMES),
+    # what llama.cpp refuses, so that the set has refusals to agree on too
+    st.just({"$ref": "#/$defs/missing"}), st.just({"type": "integer", "minimum": 5, "maximum": 2}),
+)
+
+
+def _nested(children: st.SearchStrategy) -> st.SearchStrategy:
+    def obj(props: dict, n_required: int, extra: bool) -> dict:
+        names = list(props)
+        return {"type": "object", "properties": props, "required": names[:n_required],
+                "additionalProperties": extra}
+
+    return st.one_of(
+        st.builds(lambda items, lo, n: {"type": "array", "items": items, "minItems": lo, "maxItems": lo + n},
+                  children, st.integers(0, 3), st.integers(0, 5)),
+        st.builds(obj, st.dictionaries(_NAMES, children, min_size=1, max_size=6), st.integers(0, 6), st.booleans()),
+        st.builds(lambda options: {"anyOf": options}, st.lists(children, min_size=2, max_size=3)),
+    )
+
+
+SCHEMAS = st.recursive(_SCALARS, _nested, max_leaves=40)
+
+
+@pytest.fixture(scope="module")
+def converter_reference(native_tools):
+    """llama.cpp's converter as the pin's tools build it: (refused, grammar)."""
+    import subprocess
+
+    import native_tools as tools
+
+    path = tools.json_schema_reference()
+
+    def convert(schema: dict) -> tuple[bool, str]:
+        done = subprocess.run([str(path)], input=json.dumps(schema), capture_output=True, text=True, timeout=60)
+        return done.returncode != 0, done.stdout
+
+    return convert
+
+
+@settings(max_examples=150, deadline=None)
+@given(schema=SCHEMAS)
+def test_generated_schemas_convert_in_linear_size_and_time_as_llama_cpp_converts_them(schema, converter_reference):
+    size = len(json.dumps(schema))
+    start = time.perf_counter()
+    try:
+        grammar, refused = schema_to_gbnf(schema), False
+    except UnsupportedSchemaError:
+        grammar, refused = "", True
+    took = time.perf_counter() - start
+    assert (refused, grammar) == converter_reference(schema)  # the same verdict and the same grammar
+    assert len(grammar) <= 40 * size + 3000, (size, len(grammar))
+    assert took <= 0.25 + size * 1e-4, (size, took)  # 0.1 ms a schema character: far above linear noise
