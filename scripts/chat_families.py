@@ -6,7 +6,7 @@
 
 Every template of the pin's models/templates/ has its prompt (with tools) checked against llama-server; a
 template has its tool calls checked (whole and streamed, against llama.cpp's parser) unless the test's
-NO_ROUND_TRIP lists it, with the reference program's reason.
+NO_ROUND_TRIP lists it, with the reference program's reason; TEST_CHAT_CASES's on test-chat.cpp's reply.
 """
 
 from __future__ import annotations
@@ -30,11 +30,16 @@ def table() -> str:
     start = text.index("NOT_CONTINUED = ")
     exec(text[start:text.index("}\n", start) + 2], scope)  # noqa: S102 - the test's own constants
     excluded = scope["NO_ROUND_TRIP"]
+    start = text.index("TEST_CHAT_CASES = ")
+    exec(text[start:text.index("}\n", start) + 2], scope)  # noqa: S102
+    given = scope["TEST_CHAT_CASES"]
     rows = ["| template (the pin's models/templates/) | prompt = llama-server's | tool calls = llama.cpp's parser |",
             "|---|---|---|"]
     for name in names:
         why = excluded.get(name)
         calls = "yes, whole and streamed" if why is None else f"not checked: {why}"
+        if name in given:
+            calls = "yes, whole and streamed (on the reply of the pin's tests/test-chat.cpp)"
         rows.append(f"| {name.removesuffix('.jinja')} | yes | {calls} |")
     checked = len(names) - len(excluded)
     return "\n".join([BEGIN, f"{len(names)} templates; tool calls checked on {checked}.", "", *rows, END])

@@ -18,8 +18,10 @@ import numpy as np
 
 
 def reference(program: Path, model: Path, template: str, request: dict[str, Any], assistant: dict[str, Any],
-              reasoning_format: str = "auto") -> dict[str, Any]:
+              reasoning_format: str = "auto", reply: str | None = None) -> dict[str, Any]:
     given = {"template": template, "request": request, "assistant": assistant, "reasoning_format": reasoning_format}
+    if reply is not None:  # start from this text instead of the template's rendering of `assistant`
+        given["reply"] = reply
     done = subprocess.run([str(program), str(model)], input=json.dumps(given), capture_output=True, text=True,
                           errors="replace", timeout=120, check=True)
     return json.loads(done.stdout)

@@ -5,7 +5,8 @@
 // streamed (llama-server's diffs, accumulated). The reference for tests/test_chat_templates.py.
 //
 // usage: llamaplug-chat-reference MODEL.gguf < {"template": TEXT, "request": {...}, "assistant": {...},
-//                                               "reasoning_format": "auto"}
+//                                               "reasoning_format": "auto"[, "reply": TEXT]}
+// "reply" gives the text to start from instead of the template's rendering (cut and parsed the same way).
 // The assistant message either calls a tool (the reply taken is the longest start that parses into a call of
 // it) or answers with content and reasoning_content (the longest start whose content parses as that answer).
 // prints one JSON object.
@@ -178,7 +179,9 @@ int main(int argc, char ** argv) {
         with_call["messages"].push_back(input.at("assistant"));
         auto   rendered = common_chat_templates_apply(tmpls.get(), inputs_of(with_call, false, rformat)).prompt;
         std::string reply;
-        if (rendered.rfind(params.prompt, 0) == 0) {
+        if (input.contains("reply")) {  // a reply given (the pin's tests/test-chat.cpp's input for the template)
+            reply = input.at("reply").get<std::string>();
+        } else if (rendered.rfind(params.prompt, 0) == 0) {
             reply = rendered.substr(params.prompt.size());
         } else if (!continued_turn(params, rendered, reply)) {
             out["reply"] = nullptr;  // the rendering does not continue the prompt: no reply to take
@@ -186,7 +189,9 @@ int main(int argc, char ** argv) {
             std::cout << out.dump() << "\n";
             return 0;
         }
-        out["derived"] = rendered.rfind(params.prompt, 0) == 0 ? "continued" : "after the generation prompt";
+        out["derived"] = input.contains("reply")                      ? "given"
+                         : rendered.rfind(params.prompt, 0) == 0 ? "continued"
+                                                                  : "after the generation prompt";
         // What the template writes after an assistant turn's text ("<|im_end|>\n", "<|eot_id|>", ...) is the
         // end of turn a model writes as its end token: cut it off (found with a plain-text turn).
         json with_text = request;
