@@ -101,8 +101,12 @@ def test_builtin_templates_by_name(llama):
     assert "llama3" in builtin_names() and "chatml" in builtin_names()
     text = ChatTemplate.for_model(llama.model, "llama3").render(CONVERSATION)
     assert "<|start_header_id|>user<|end_header_id|>" in text
-    out = llama.create_chat_completion(CONVERSATION, max_tokens=4, chat_template="chatml")
-    assert out.choices[0].message.content is not None
+    # The named template, not the model's own (chatml-like), is what the model reads: the reply and the prompt's
+    # length are those of the llama3 rendering.
+    out = llama.create_chat_completion(CONVERSATION, max_tokens=8, chat_template="llama3")
+    plain = llama.create_completion(llama.model.tokenize(text, False, special=True), 8)
+    assert out.usage.prompt_tokens == len(plain.prompt_tokens)
+    assert out.choices[0].message.content == plain.text
     with pytest.raises(lp.InvalidParameterError, match="llama3"):
         llama.create_chat_completion(CONVERSATION, max_tokens=2, chat_template="no-such-template")
 

@@ -282,7 +282,7 @@ def test_a_whole_result_wakes_its_caller_once_and_equals_the_stream(batched, ref
     streamed = list(chunks(batched.engine, completion_job(batched, PROMPTS[0], 24)))
     assert woken == 1
     assert [(c.text, c.tokens) for c in whole] == [(c.text, c.tokens) for c in streamed]
-    assert "".join(c.text for c in whole) == references[0].text and whole[-1].stop_reason is not None
+    assert "".join(c.text for c in whole) == references[0].text and whole[-1].stop_reason == references[0].stop_reason
 
 
 def test_cancelling_an_awaited_whole_result_frees_its_slots_and_an_error_comes_at_once(batched):

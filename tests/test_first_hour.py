@@ -99,9 +99,11 @@ def test_greedy_and_samplerparams_as_sampler_on_the_singular_call(llama):
     (lambda llama: llama.create_completion(PROMPT, repeat_penalty=1.1, penalty_repeat=1.2), "same setting"),
 ], ids=["unknown-name", "a-float", "both", "misspelt", "misspelt-call-word", "bad-value", "out-of-range", "twice"])
 def test_bad_sampling_arguments_raise_at_the_call(llama, call, match):
+    before = llama.create_completion(PROMPT, max_tokens=4)
     with pytest.raises(lp.InvalidParameterError, match=match):
         call(llama)
-    assert llama.create_completion(PROMPT, max_tokens=2).stop_reason is not None  # the engine is fine
+    after = llama.create_completion(PROMPT, max_tokens=4)  # the engine is fine: the same greedy run as before
+    assert (after.tokens, after.stop_reason) == (before.tokens, before.stop_reason) and len(after.tokens) == 4
 
 
 def test_load_takes_keywords(smollm2_path):

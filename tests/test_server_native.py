@@ -11,6 +11,7 @@ bad request with a 500 (its JSON parser's exception), ours is a 400 in the same 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import time
@@ -179,6 +180,53 @@ def test_slot_actions(both, name, keys):
     assert ours["id_slot"] == theirs["id_slot"] == 0
     if "filename" in keys:
         assert ours["filename"] == theirs["filename"] == "script-slot.bin"
+
+
+SLOT_PROMPT = ("The history of the world, told in a few words: first there was the sea, then the land, then "
+               "the people who walked on it and wrote down what they saw.")
+
+
+def _saved_and_restored(start: Any, folder: Path) -> dict[str, Any]:
+    """A prompt on slot 0, the slot saved; then in a fresh server on the same folder, the slot restored and the
+    same prompt asked again. What each step answered."""
+    folder.mkdir()
+    ask = {"prompt": SLOT_PROMPT, "n_predict": 8, "temperature": 0, "cache_prompt": True, "id_slot": 0}
+    with start(folder) as port:
+        first = call(port, "/completion", ask)
+        save = call(port, "/slots/0?action=save", {"filename": "kept.bin"})
+    with start(folder) as port:
+        restore = call(port, "/slots/0?action=restore", {"filename": "kept.bin"})
+        again = call(port, "/completion", ask)
+    return {"first": first, "save": save, "restore": restore, "again": again}
+
+
+def test_a_restored_slot_serves_its_prompt_from_the_cache_as_llama_servers(native_tools, smollm2_path,
+                                                                          tmp_path):
+    """Save after a prompt, restore in a new process: the same prompt is then read from the cache (cache_n > 0,
+    which a fresh server's first request shows as 0) and gives the same greedy text, as llama-server does."""
+    @contextlib.contextmanager
+    def theirs(folder: Path):
+        with llama_server(native_tools, smollm2_path, "-c", str(CTX), "--slot-save-path", f"{folder}/") as port:
+            yield port
+
+    @contextlib.contextmanager
+    def ours(folder: Path):
+        with llamaplug_server(smollm2_path, "-np", "1", "-c", str(CTX), "--slot-save-path", str(folder)) as (port, _):
+            yield port
+
+    seen = {name: _saved_and_restored(start, tmp_path / name) for name, start in (("theirs", theirs),
+                                                                                   ("ours", ours))}
+    for name, steps in seen.items():
+        assert all(status == 200 for status, _ in steps.values()), (name, steps)
+        first, again = steps["first"][1], steps["again"][1]
+        assert first["timings"]["cache_n"] == 0, name  # nothing cached in a new process
+        assert again["timings"]["cache_n"] > 0, (name, again["timings"])  # only the restore can have put it there
+        assert again["content"] == first["content"], name
+        assert steps["restore"][1]["n_restored"] == steps["save"][1]["n_saved"] > 0, (name, steps)
+    mine, native = seen["ours"], seen["theirs"]
+    assert mine["again"][1]["content"] == native["again"][1]["content"]
+    assert mine["again"][1]["timings"]["cache_n"] == native["again"][1]["timings"]["cache_n"]
+    assert mine["save"][1]["n_saved"] == native["save"][1]["n_saved"]
 
 
 @pytest.mark.parametrize("name", ["slot_traversal", "slot_absolute", "slot_bad_id", "bad_prompt_type",
