@@ -280,7 +280,7 @@ def test_messages_tool_use_then_its_result(claude, oai, model):
     ({"messages": [{"role": "user", "content": "x"}]}, 400, "invalid_request_error", "max_tokens"),
     ({"max_tokens": "many", "messages": [{"role": "user", "content": "x"}]}, 400, "invalid_request_error",
      "max_tokens"),
-    ({"max_tokens": 3, "messages": []}, 400, "invalid_request_error", "messages"),
+    ({"max_tokens": 3}, 400, "invalid_request_error", "messages"),  # ([] is a reply, as llama-server's)
     ({"max_tokens": 3, "temperature": 1.5, "messages": [{"role": "user", "content": "x"}]}, 400,
      "invalid_request_error", "temperature"),
     ({"max_tokens": 3, "messages": [{"role": "user", "content": [{"type": "wizard"}]}]}, 400,

@@ -101,25 +101,27 @@ def chat_job(llama: Llama, messages: list[dict[str, Any]], max_tokens: int | Non
              sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
              tools: list[ToolSpec] | None = None, tool_choice: str | dict[str, Any] | None = None,
              response_format: ResponseFormat | None = None, chat_template: str | None = None,
-             own_sampler: bool = False, logprobs: int | None = None, **options: Any) -> tuple[Job, ChatPlan]:
+             own_sampler: bool = False, logprobs: int | None = None, *, allow_empty: bool = False,
+             **options: Any) -> tuple[Job, ChatPlan]:
     """A checked reply to `messages` (see Llama.create_chat_completion), and the plan to read the reply with.
 
     `options` are ChatSpec's other fields (reasoning_format, enable_thinking, chat_template_kwargs,
     reasoning_effort, parallel_tool_calls, grammar, json_schema, continue_final_message, ...). The
     plan goes to chat.as_chat / ChatStream with the job's chunks. `logprobs`: the most likely tokens to give
-    with each sampled one's log probability (None: none).
+    with each sampled one's log probability (None: none). `allow_empty`: no messages at all is the template's
+    own prompt (its generation prompt), as llama-server answers an empty list, instead of an error.
     """
     try:
         spec = ChatSpec(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
                         chat_template=chat_template, **options)
     except TypeError as exc:
         raise InvalidParameterError(f"unknown chat option: {exc}", field="options") from None
-    return prepare_chat(llama, spec, max_tokens, sampler, stop, own_sampler, logprobs)
+    return prepare_chat(llama, spec, max_tokens, sampler, stop, own_sampler, logprobs, allow_empty=allow_empty)
 
 
 def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sampler: LlamaSampler | None = None,
-                 stop: str | list[str] | None = None, own_sampler: bool = False, logprobs: int | None = None
-                 ) -> tuple[Job, ChatPlan]:
+                 stop: str | list[str] | None = None, own_sampler: bool = False, logprobs: int | None = None,
+                 *, allow_empty: bool = False) -> tuple[Job, ChatPlan]:
     """The job of one chat request, with the prompt, grammar, stops and special tokens llama.cpp's chat layer
     gives for it (the same for every face: Llama, AsyncLlama, every HTTP API, Ray replicas)."""
     model = llama.model
@@ -127,7 +129,8 @@ def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sa
     if projector is not None and projector.has_media(spec.messages):
         prompt, plan = projector.chat_prompt(spec.messages, lambda flat: _render(llama, spec, flat))
     else:
-        plan = plan_chat(llama, spec)
+        empty = allow_empty and isinstance(spec.messages, list) and not spec.messages
+        plan = plan_chat(llama, spec, [] if empty else None)
         prompt = model.tokenize(plan.params["prompt"], model.add_bos, special=True)
     params = plan.params
 

@@ -125,7 +125,8 @@ class ThinkingConfig(_Body):
 
 class MessagesRequest(_Body):
     model: str
-    messages: list[InputMessage] = Field(min_length=1)
+    messages: list[InputMessage] = Field(description="[] is answered as llama-server does: a reply to the chat "
+                                         "template's own prompt (and `system`, if given)")
     max_tokens: int = Field(ge=1)
     system: str | list[TextBlock] | None = None
     temperature: float | None = Field(None, ge=0, le=1)

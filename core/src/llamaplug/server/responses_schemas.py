@@ -108,6 +108,10 @@ class ResponsesRequest(_Body):
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     reasoning: ReasoningConfig | None = None
+    # llama-server's stream fields, as on its chat route
+    timings_per_token: bool = Field(False, description="llama-server's: `timings` on the last event of each piece")
+    return_progress: bool = Field(False, description="llama-server's: a response.in_progress event with "
+                                  "prompt_progress (total, cache, processed, time_ms) once the prompt is read")
 
 
 class OutputTextPart(BaseModel):

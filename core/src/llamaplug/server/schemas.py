@@ -46,6 +46,9 @@ class _Request(BaseModel):
     response_format: dict[str, Any] | None = None
     keep_alive: float | str | None = Field(None, description="how long the model stays loaded after this request "
                                            "(Ollama's: seconds or \"5m\"; 0 unloads it, negative keeps it)")
+    verbose: bool = Field(False, description="llama-server's debug field: the reply carries `__verbose`, itself as "
+                          "/completion writes it (prompt as rendered, generation_settings, timings, ...); in a "
+                          "stream on the last chunk (chat) or on every chunk (completions)")
 
     def sampling(self, seed: int, defaults: dict[str, Any] | None = None) -> SamplerParams:
         """The request's sampling: `defaults` (the server's --temp, ...; SamplerParams fields), else llama-server's,

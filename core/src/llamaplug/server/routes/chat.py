@@ -8,17 +8,18 @@ timings_per_token, return_progress, and its `timings` on every reply.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
 
 from ...high.chat import ChatCompletionChunk, ChatPlan, ChatStream, Delta, Usage, as_chat
-from ...high.completion import CompletionChunk, CompletionTimings
+from ...high.completion import CompletionChunk
 from ...high.engine import Job
 from ...high.events import agather, astream
-from ...high.requests import chat_job, collect_many
+from ...high.requests import chat_job, collect, collect_many
 from ..deps import served_model, token_limit
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES, ApiError
@@ -27,7 +28,7 @@ from ..request_fields import grammar_text, logit_bias, progress, token_entry
 from ..schemas import ChatReply, ChatRequest, InputTokens
 from ..streaming import off_loop, sse, unless_gone
 from .messages import prompt_tokens
-from .native import timings
+from .native import generation_settings, so_far, timings, verbose_result
 
 router = OPENAI.router()
 
@@ -69,8 +70,11 @@ async def chat(body: ChatRequest, request: Request,
         return jobs, plan
 
     jobs, plan = await off_loop(build)
+    # llama-server's debug field: each reply as /completion would write it
+    settings = generation_settings(sampling, -1 if limit is None else limit, body.stop, body.stream) \
+        if body.verbose else None
     if body.stream:
-        return sse(_events(served, jobs, plan, body))
+        return sse(_events(served, jobs, plan, body, settings))
     done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
     replies = [as_chat(c, served.id, plan) for c in done]
     choices = []
@@ -82,8 +86,12 @@ async def chat(body: ChatRequest, request: Request,
     usage = replies[0].usage
     n_out = sum(len(c.tokens) for c in done)  # as OpenAI: every choice's tokens
     usage = usage.model_copy(update={"completion_tokens": n_out, "total_tokens": usage.prompt_tokens + n_out})
-    return ChatReply(**{**replies[0].model_dump(), "choices": choices, "usage": usage},
-                     timings=timings(done[0].timings))
+    reply = ChatReply(**{**replies[0].model_dump(), "choices": choices, "usage": usage},
+                      timings=timings(done[0].timings))
+    if settings is None:
+        return reply
+    debug = verbose_result(served, 0, done[0], plan.params["prompt"], settings)
+    return JSONResponse({**jsonable_encoder(reply), "__verbose": debug})
 
 
 def _n_logprobs(body: ChatRequest) -> int | None:
@@ -106,9 +114,11 @@ def check_fields(body: ChatRequest) -> None:
         raise ApiError(400, "Cannot use custom grammar constraints with tools.", param="grammar")
 
 
-async def _events(served: Served, jobs: list[Job], plan: ChatPlan, body: ChatRequest) -> AsyncIterator[str]:
+async def _events(served: Served, jobs: list[Job], plan: ChatPlan, body: ChatRequest,
+                  settings: dict[str, Any] | None = None) -> AsyncIterator[str]:
     model = served.llama.model
     streams = [ChatStream(served.id, plan) for _ in jobs]
+    kept: list[list[CompletionChunk]] = [[] for _ in jobs]  # each job's pieces, for its __verbose (settings given)
     pending: list[list[dict[str, Any]]] = [[] for _ in jobs]  # logprobs of tokens whose text is held back
     for i, stream in enumerate(streams):
         yield _chunk(stream.first(), i)
@@ -119,6 +129,8 @@ async def _events(served: Served, jobs: list[Job], plan: ChatPlan, body: ChatReq
         if body.return_progress and not started[i]:
             extra["prompt_progress"] = progress(job)
         started[i] = True
+        if settings is not None:
+            kept[i].append(piece)
         if piece.logprobs:
             pending[i] += [token_entry(model, lp) for lp in piece.logprobs]
         outs = streams[i].feed(piece)
@@ -129,7 +141,10 @@ async def _events(served: Served, jobs: list[Job], plan: ChatPlan, body: ChatReq
                 pending[i] = []
             fields = extra if k == 0 else {}
             if last and (body.timings_per_token or piece.stop_reason is not None):
-                fields = {**fields, "timings": timings(_so_far(job, piece))}
+                fields = {**fields, "timings": timings(so_far(job, piece))}
+            if settings is not None and out.choices[0].finish_reason:  # llama-server: on the final chunk
+                done = collect(kept[i], job.prompt)
+                fields = {**fields, "__verbose": verbose_result(served, i, done, plan.params["prompt"], settings)}
             yield _chunk(out, i, fields)
         if not outs and extra:  # the text is held back, but the prompt is read: say so now
             yield _chunk(streams[i].chunk(Delta()), i, extra)
@@ -139,16 +154,6 @@ async def _events(served: Served, jobs: list[Job], plan: ChatPlan, body: ChatReq
         first = streams[0]
         yield ChatCompletionChunk(id=first.ident, created=first.created, model=first.model, choices=[],
                                   usage=usage).model_dump_json(exclude_none=True)
-
-
-def _so_far(job: Job, piece: CompletionChunk) -> CompletionTimings:
-    """The timings of `job` now: its final chunk's, or what its fields say while it runs."""
-    if piece.timings is not None:
-        return piece.timings
-    now = time.perf_counter()
-    first = job.first_token or now
-    return CompletionTimings(job.n_prompt, (first - job.started) * 1e3, job.produced, (now - first) * 1e3,
-                             job.cached)
 
 
 def _chunk(out: ChatCompletionChunk, index: int, extra: dict[str, Any] | None = None) -> str:

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
 
 from ...high.chat import Usage
 from ...high.completion import Completion, CompletionChunk, StopReason
 from ...high.engine import Job
 from ...high.events import agather, astream
-from ...high.requests import collect_many, completion_jobs
+from ...high.requests import collect, collect_many, completion_jobs
 from ..deps import served_model, token_limit
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES, ApiError
 from ..registry import Served
 from ..schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, TextCompletion
 from ..streaming import off_loop, sse, unless_gone
+from .native import generation_settings, partial, verbose_result
 
 router = OPENAI.router()
 
@@ -34,27 +38,49 @@ async def completions(body: CompletionRequest, request: Request,
     jobs = await off_loop(lambda: completion_jobs(llama, prompts, limit, sampling, body.stop, body.logprobs, False,
                                                   body.response_format))
     ident = f"cmpl-{uuid.uuid4().hex[:24]}"
+    # llama-server's debug field: each result as /completion would write it
+    settings = generation_settings(sampling, -1 if limit is None else limit, body.stop, body.stream) \
+        if body.verbose else None
     if body.stream:
-        return sse(_events(served, jobs, ident, body.include_usage))
+        return sse(_events(served, jobs, ident, body.include_usage, settings))
     done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
-    return TextCompletion(
+    reply = TextCompletion(
         id=ident, created=int(time.time()), model=served.id,
         choices=[CompletionChoice(index=i, text=c.text, finish_reason=_finish(c),
                                   logprobs=_logprobs(c, served) if body.logprobs is not None else None)
                  for i, c in enumerate(done)],
         usage=_usage(sum(len(c.prompt_tokens) for c in done), sum(len(c.tokens) for c in done)))
+    if settings is None:
+        return reply
+    # (llama-server answers one prompt per request there: the first result)
+    debug = verbose_result(served, 0, done[0], _prompt_text(served, jobs[0]), settings)
+    return JSONResponse({**jsonable_encoder(reply), "__verbose": debug})
 
 
-async def _events(served: Served, jobs: list[Job], ident: str, include_usage: bool = False) -> AsyncIterator[str]:
+def _prompt_text(served: Served, job: Job) -> str:
+    return served.llama.model.detokenize(job.prompt, special=True)
+
+
+async def _events(served: Served, jobs: list[Job], ident: str, include_usage: bool = False,
+                  settings: dict[str, Any] | None = None) -> AsyncIterator[str]:
     created = int(time.time())
     n_out = 0
+    kept: list[list[CompletionChunk]] = [[] for _ in jobs]  # each job's pieces, for __verbose (settings given)
     async for i, chunk in astream(served.llama.engine, jobs):
         n_out += len(chunk.tokens)
+        if settings is not None:
+            kept[i].append(chunk)
         if not chunk.text and chunk.stop_reason is None:
             continue
         choice = CompletionChoice(index=i, text=chunk.text,
                                   finish_reason=_finish(chunk) if chunk.stop_reason is not None else None)
-        yield TextCompletion(id=ident, created=created, model=served.id, choices=[choice]).model_dump_json()
+        text = TextCompletion(id=ident, created=created, model=served.id, choices=[choice]).model_dump_json()
+        if settings is not None:  # llama-server: every chunk says itself as /completion's stream would
+            produced = sum(len(c.tokens) for c in kept[i])
+            debug = partial(i, chunk, produced, len(jobs[i].prompt)) if chunk.stop_reason is None else \
+                verbose_result(served, i, collect(kept[i], jobs[i].prompt), _prompt_text(served, jobs[i]), settings)
+            text = json.dumps({**json.loads(text), "__verbose": debug})
+        yield text
     if include_usage:  # OpenAI's stream_options: one more chunk, no choices, the usage
         yield TextCompletion(id=ident, created=created, model=served.id, choices=[],
                              usage=_usage(sum(len(job.prompt) for job in jobs), n_out)).model_dump_json()

@@ -62,8 +62,9 @@ async def messages(body: MessagesRequest, request: Request,
 
     def build() -> tuple[Job, ChatPlan]:
         sampler = chat.sampling(llama.params.seed, served.sampling).build_chain(llama.model)
+        # an empty list is answered as llama-server does: a reply to the template's own prompt
         return chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
-                        chat.response_format, own_sampler=True,
+                        chat.response_format, own_sampler=True, allow_empty=True,
                         **served.chat_options(enable_thinking=body.enable_thinking()))
 
     job, plan = await off_loop(build)
@@ -88,8 +89,6 @@ async def messages(body: MessagesRequest, request: Request,
 async def count_tokens(body: CountTokensRequest,
                        served: Annotated[Served, Depends(served_model(CountTokensRequest))]) -> TokenCount:
     """The prompt's tokens, as the chat path renders it (llama-server's count: no generation, no context check)."""
-    if not body.messages:  # (a chat request needs a message: count the template alone)
-        return TokenCount(input_tokens=prompt_tokens(served, ChatRequest.model_construct(messages=[])))
     return TokenCount(input_tokens=prompt_tokens(served, as_chat_request(body)))
 
 
@@ -129,10 +128,13 @@ def as_chat_request(body: MessagesRequest) -> ChatRequest:
         tool_choice = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type) or \
             {"type": "function", "function": {"name": getattr(choice, "name", None)}}
     form = body.output_config.format if body.output_config is not None else None
-    return ChatRequest(model=body.model, messages=messages, max_tokens=body.max_tokens, temperature=body.temperature,
-                       top_p=body.top_p, top_k=body.top_k, stop=body.stop_sequences, tools=tools,
-                       tool_choice=tool_choice, response_format=None if form is None else
+    # (a chat request needs a message; llama-server takes none at all: checked with one, then without)
+    chat = ChatRequest(model=body.model, messages=messages or [{"role": "user", "content": ""}],
+                       max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                       stop=body.stop_sequences, tools=tools, tool_choice=tool_choice,
+                       response_format=None if form is None else
                        {"type": "json_schema", "json_schema": {"schema": form.json_schema}})
+    return chat if messages else chat.model_copy(update={"messages": []})
 
 
 def _chat_messages(role: str, content: str | list[Any], where: str) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ tokens_cached, timings, generation_settings, ... A stream is llama-server's: one
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -116,13 +117,31 @@ def result(served: Served, index: int, done: Completion, prompt: str, settings: 
     probs = {} if done.logprobs is None else {
         "completion_probabilities": [token_entry(served.llama.model, _after_chain(lp, settings, post), post)
                                      for lp in done.logprobs]}
+    n_prompt = done.timings.prompt_tokens  # (media positions included)
     return {**probs, "index": index, "content": done.text, "tokens": done.tokens if return_tokens else [],
             "id_slot": -1, "stop": True, "model": served.id, "tokens_predicted": len(done.tokens),
-            "tokens_evaluated": len(done.prompt_tokens), "generation_settings": settings, "prompt": prompt,
+            "tokens_evaluated": n_prompt, "generation_settings": settings, "prompt": prompt,
             "has_new_line": "\n" in done.text, "truncated": False, "stop_type": _STOP_TYPES[reason],
             # tokens_cached is llama-server's n_past: the last generated token is not decoded
-            "stopping_word": word, "tokens_cached": len(done.prompt_tokens) + max(0, len(done.tokens) - 1),
+            "stopping_word": word, "tokens_cached": n_prompt + max(0, len(done.tokens) - 1),
             "timings": timings(done.timings)}
+
+
+def verbose_result(served: Served, index: int, done: Completion, prompt: str, settings: dict[str, Any]
+                   ) -> dict[str, Any]:
+    """llama-server's `__verbose` of an OpenAI reply (the request's `verbose: true`): the reply as /completion
+    writes it; in a stream the text went out with the pieces (content "", no probabilities), as there."""
+    out = result(served, index, done, prompt, settings, [], False)
+    if settings["stream"]:
+        out.pop("completion_probabilities", None)
+        out["content"] = ""
+    return out
+
+
+def partial(index: int, chunk: CompletionChunk, produced: int, n_prompt: int) -> dict[str, Any]:
+    """llama-server's partial result of one streamed piece (without its probabilities)."""
+    return {"index": index, "content": chunk.text, "tokens": chunk.tokens, "stop": False, "id_slot": -1,
+            "tokens_predicted": produced, "tokens_evaluated": n_prompt}
 
 
 def _after_chain(lp: TokenLogprob, settings: dict[str, Any], post: bool) -> TokenLogprob:
@@ -142,13 +161,29 @@ def timings(t: CompletionTimings) -> dict[str, float]:
             "predicted_per_second": t.predicted_per_second}
 
 
+def so_far(job: Job, piece: CompletionChunk) -> CompletionTimings:
+    """The timings of `job` now: its final chunk's, or what its fields say while it runs (timings_per_token)."""
+    if piece.timings is not None:
+        return piece.timings
+    now = time.perf_counter()
+    first = job.first_token or now
+    return CompletionTimings(job.n_prompt, (first - job.started) * 1e3, job.produced, (now - first) * 1e3,
+                             job.cached)
+
+
 def _settings(sampling: SamplerParams, n_predict: int, body: NativeCompletionRequest) -> dict[str, Any]:
-    """`generation_settings`: the sampling this request ran with, in llama-server's names."""
+    return generation_settings(sampling, n_predict, body.stop, body.stream)
+
+
+def generation_settings(sampling: SamplerParams, n_predict: int, stop: str | list[str] | None, stream: bool
+                        ) -> dict[str, Any]:
+    """`generation_settings`: the sampling a request ran with, in llama-server's names."""
     return {"seed": sampling.seed, "temperature": sampling.temperature, "top_k": sampling.top_k,
             "top_p": sampling.top_p, "min_p": sampling.min_p, "typical_p": sampling.typical_p,
             "repeat_last_n": sampling.penalty_last_n, "repeat_penalty": sampling.penalty_repeat,
             "presence_penalty": sampling.penalty_present, "frequency_penalty": sampling.penalty_freq,
-            "stop": body.stop or [], "max_tokens": n_predict, "n_predict": n_predict, "stream": body.stream,
+            "stop": [stop] if isinstance(stop, str) else list(stop or []), "max_tokens": n_predict,
+            "n_predict": n_predict, "stream": stream,
             "samplers": list(sampling.samplers)}
 
 
@@ -165,9 +200,7 @@ async def _events(served: Served, jobs: list[Job], texts: list[str], settings: d
                     probs = {} if chunk.logprobs is None else {"completion_probabilities": [
                         token_entry(served.llama.model, _after_chain(lp, settings, post), post)
                         for lp in chunk.logprobs]}
-                    yield _event({"index": i, "content": chunk.text, "tokens": chunk.tokens, "stop": False,
-                                  "id_slot": -1, "tokens_predicted": produced,
-                                  "tokens_evaluated": len(jobs[i].prompt), **probs})
+                    yield _event({**partial(i, chunk, produced, len(jobs[i].prompt)), **probs})
                 continue
             done = collect_many([(0, c) for c in pieces[i]], [jobs[i]])[0]
             final = result(served, i, done, texts[i], {**settings, "stream": True}, settings["stop"], False)

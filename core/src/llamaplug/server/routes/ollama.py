@@ -100,6 +100,10 @@ async def chat(body: ChatRequest, request: Request, lease: Annotated[Leased, Dep
     options = served.chat_options(enable_thinking=think if isinstance(think, bool) else None,
                                   reasoning_effort=think if isinstance(think, str) else None)
 
+    for i, m in enumerate(body.messages):
+        if m.images:
+            _check_images(served, body.model, f"messages[{i}].images")
+
     def build() -> tuple[Job, ChatPlan]:
         sampler = sampling.params.build_chain(llama.model)
         return chat_job(llama, chat_messages(body.messages), limit, sampler, sampling.stop, body.tools or None,
@@ -136,6 +140,12 @@ async def generate(body: GenerateRequest, request: Request,
     sampler = sampling.params.build_chain(llama.model)
     form = response_format(body.format)
     prompt = body.prompt or ""
+    if body.images and (body.suffix or body.raw):
+        # (images go where the chat template puts the user's message: a raw or fill-in-the-middle prompt has none)
+        raise ApiError(400, f"images need the chat template: not with {'suffix' if body.suffix else 'raw'}",
+                       param="images")
+    if body.images:
+        _check_images(served, body.model, "images")
     if body.suffix:
         tokens = infill_tokens(llama.model, prompt, body.suffix)
         job = completion_job(llama, tokens, limit, sampler, sampling.stop, None, False, form, own_sampler=True)
@@ -187,10 +197,10 @@ def chat_messages(messages: list[Message]) -> list[dict[str, Any]]:
     ids: dict[str, str] = {}  # a tool's name -> its last call's id
     for i, m in enumerate(messages):
         message: dict[str, Any] = {"role": m.role.lower(), "content": m.content or ""}
-        if m.images:
-            message["content"] = [*([{"type": "text", "text": m.content}] if m.content else []),
-                                  *(_image_part(image, f"messages[{i}].images[{j}]")
-                                    for j, image in enumerate(m.images))]
+        if m.images:  # before the text, where Ollama puts a message's images (and llama-mtmd-cli its media)
+            message["content"] = [*(_image_part(image, f"messages[{i}].images[{j}]")
+                                    for j, image in enumerate(m.images)),
+                                  *([{"type": "text", "text": m.content}] if m.content else [])]
         if m.tool_calls:
             calls = []
             for j, call in enumerate(m.tool_calls):
@@ -221,6 +231,14 @@ def _image_part(data: str, where: str) -> dict[str, Any]:
         raise ApiError(400, f"{where}: not base64", param=where) from None
     kind = next((t for magic, t in _IMAGE_TYPES if head.startswith(magic)), "image/png")
     return {"type": "image_url", "image_url": {"url": f"data:{kind};base64,{data}"}}
+
+
+def _check_images(served: Served, name: str, where: str) -> None:
+    """Images need the model's projector: Ollama's 400 naming the model, and what to do, where it has none."""
+    if served.llama.projector is None:
+        raise ApiError(400, f"model '{name}' does not support images ({where}): serve it with its projector "
+                            "(--mmproj, or mmproj in the models dir's models.toml; pip install llamaplug-mtmd)",
+                       param=where)
 
 
 def _message(content: str, thinking: str | None = None, think: Any = None) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from ..deps import served_model, token_limit
 from ..dialects import RESPONSES, named_event
 from ..errors import ERROR_RESPONSES, ApiError
 from ..registry import Served
+from ..request_fields import progress
 from ..responses_schemas import (
     FunctionCallItem,
     FunctionCallOut,
@@ -47,7 +48,7 @@ from ..responses_schemas import (
 from ..schemas import ChatRequest, InputTokens
 from ..streaming import named_sse, off_loop, unless_gone
 from .messages import prompt_tokens
-from .native import timings
+from .native import so_far, timings
 
 router = RESPONSES.router()
 
@@ -277,11 +278,23 @@ async def _events(served: Served, reply: _Reply, job: Job, plan: ChatPlan) -> As
     stream = ChatStream(reply.model, plan)
     items = _Items(reply)
     tokens = 0
+    body, read = reply.body, False
     async for piece in achunks(served.llama.engine, job):
+        if body.return_progress and not read:  # llama-server's: the prompt read, said by an in_progress event
+            extra = {"timings": timings(so_far(job, piece))} if body.timings_per_token else {}
+            yield reply.event("response.in_progress", response=reply.response(None), **extra,
+                              prompt_progress=progress(job))
+        read = True
         tokens += len(piece.tokens)
         for out in stream.feed(piece):
             choice = out.choices[0]
-            for event in items.feed(choice.delta):
+            events = items.feed(choice.delta)
+            if events and body.timings_per_token and not choice.finish_reason:
+                # llama-server's: the last event of each piece carries the timings so far
+                kind, payload = events[-1]
+                events[-1] = kind, json.dumps({**json.loads(payload), "timings": timings(so_far(job, piece))},
+                                              ensure_ascii=False)
+            for event in events:
                 yield event
             if choice.finish_reason:
                 incomplete = choice.finish_reason == "length"
