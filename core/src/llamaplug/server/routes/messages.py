@@ -64,7 +64,8 @@ async def messages(body: MessagesRequest, request: Request,
         sampler = chat.sampling(llama.params.seed, served.sampling).build_chain(llama.model)
         return chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
                         chat.response_format, own_sampler=True,
-                        **served.chat_options(enable_thinking=body.enable_thinking()))
+                        **served.chat_options(enable_thinking=body.enable_thinking(),
+                                              reasoning_budget_tokens=body.thinking_budget()))
 
     job, plan = await off_loop(build)
     ident = f"msg_{uuid.uuid4().hex[:24]}"
