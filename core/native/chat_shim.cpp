@@ -9,7 +9,9 @@
 #include "json-schema-to-grammar.h"
 #include "json.h"
 #include "llama.h"
+#include "reasoning-budget.h"
 
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -347,4 +349,30 @@ LLAMAPLUG_API int llamaplug_chat_grammar_prefill(llama_sampler * grammar, const 
         return true;
     });
     return done ? 0 : 1;
+}
+
+// llama-server's reasoning budget (--reasoning-budget, reasoning_budget_tokens): common/reasoning-budget.h's
+// sampler, set up as common_sampler_init does. `start` opens the thinking; any of the `n_ends` end sequences
+// (`ends` holds them one after another, `end_lens` their lengths) closes it; after `budget` tokens (< 0:
+// unlimited) it forces `forced` (the budget message, then the first end tag). The generation prompt's tokens
+// (`prefill`) are accepted first, so a prompt that opens the thinking starts the count. NULL on failure.
+LLAMAPLUG_API llama_sampler * llamaplug_reasoning_budget_new(const llama_vocab * vocab, const llama_token * start,
+                                                            size_t n_start, const llama_token * ends,
+                                                            const size_t * end_lens, size_t n_ends,
+                                                            const llama_token * forced, size_t n_forced,
+                                                            int32_t budget, const llama_token * prefill,
+                                                            size_t n_prefill, char ** err) {
+    return guarded(err, [&]() -> llama_sampler * {
+        std::vector<llama_tokens> end_seqs;
+        for (size_t i = 0, at = 0; i < n_ends; at += end_lens[i], ++i) {
+            end_seqs.emplace_back(ends + at, ends + at + end_lens[i]);
+        }
+        llama_sampler * smpl = common_reasoning_budget_init(vocab, {llama_tokens(start, start + n_start)}, end_seqs,
+                                                            llama_tokens(forced, forced + n_forced),
+                                                            budget < 0 ? INT_MAX : budget);
+        for (size_t i = 0; i < n_prefill; ++i) {
+            llama_sampler_accept(smpl, prefill[i]);
+        }
+        return smpl;
+    });
 }

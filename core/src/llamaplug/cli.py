@@ -150,6 +150,22 @@ def _add_chat_arguments(parser: argparse.ArgumentParser) -> None:
                         help="thinking on or off for templates that can switch it (default: auto, the template's)")
     parser.add_argument("--reasoning-effort", metavar="LEVEL",
                         help="reasoning_effort given to the template ('default' keeps the template's)")
+    parser.add_argument("--reasoning-budget", metavar="N", type=_budget, default=-1,
+                        help="token budget for thinking: -1 for unrestricted, 0 for immediate end, N>0 for token "
+                             "budget (default: -1); a request's reasoning_budget_tokens wins")
+    parser.add_argument("--reasoning-budget-message", metavar="MESSAGE",
+                        help="message injected before the end-of-thinking tag when reasoning budget is exhausted "
+                             "(default: none)")
+
+
+def _budget(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"must be -1 (unrestricted), 0 or more, got {value}")
+    return value
 
 
 def _json_object(text: str) -> dict[str, object]:
@@ -179,7 +195,8 @@ def chat_settings(args: argparse.Namespace) -> tuple[str | None, object]:
                                         field="chat_template_file") from None
     thinking = {"on": True, "off": False}.get(args.reasoning)
     effort = None if args.reasoning_effort in (None, "default") else args.reasoning_effort
-    return template, ChatSettings(args.reasoning_format, thinking, effort, args.chat_template_kwargs or {})
+    return template, ChatSettings(args.reasoning_format, thinking, effort, args.chat_template_kwargs or {},
+                                  args.reasoning_budget, args.reasoning_budget_message)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

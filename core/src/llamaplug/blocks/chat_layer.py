@@ -199,3 +199,17 @@ def grammar_prefill(sampler_ptr: Any, tokens: Sequence[int]) -> None:
         if err[0] != ffi.NULL:
             lib.llamaplug_chat_string_free(err[0])
         raise SamplingError(f"the tool-call grammar refused the template's generation prompt: {message}")
+
+
+def reasoning_budget_ptr(vocab: Any, start: Sequence[int], ends: Sequence[Sequence[int]], forced: Sequence[int],
+                         budget: int, prefill: Sequence[int] = ()) -> Any:
+    """llama-server's reasoning budget sampler (common/reasoning-budget.h; see SamplerChain.reasoning_budget)."""
+    flat = [t for seq in ends for t in seq]
+    ptr = call_shim(lib.llamaplug_reasoning_budget_new, vocab, ffi.new("llama_token[]", list(start)), len(start),
+                    ffi.new("llama_token[]", flat), ffi.new("size_t[]", [len(seq) for seq in ends]), len(ends),
+                    ffi.new("llama_token[]", list(forced)), len(forced), budget,
+                    ffi.new("llama_token[]", list(prefill)), len(prefill),
+                    error=SamplingError, what="llama.cpp's reasoning budget: ")
+    if ptr == ffi.NULL:
+        raise SamplingError("llama.cpp could not make the reasoning budget sampler")
+    return ptr

@@ -31,7 +31,7 @@ from ..raw import ffi, lib
 from . import _callback_errors, py_sampler
 from ._handle import NativeHandle
 from ._text import encode_text
-from .chat_layer import grammar_prefill
+from .chat_layer import grammar_prefill, reasoning_budget_ptr
 from .grammar import Grammar
 from .sampling_params import add_common_samplers
 
@@ -428,7 +428,7 @@ class SamplerChain(LlamaSampler):
         if self._has_grammar:
             raise InvalidParameterError("this chain has a grammar already", field="sampler")
         parts = list(zip(self.names, self._parts, self._keeps_top))
-        if any(getattr(part, "owns", False) for part in self._parts):
+        if self._holds_objects():
             # Sampler objects (add(...)) cannot be made twice: the grammar goes in front of this chain itself.
             twin, selecting = self, self._selecting_at
             self.names, self._parts, self._keeps_top = [], [], []
@@ -442,6 +442,21 @@ class SamplerChain(LlamaSampler):
             twin._append(name, part, keeps)
         if selecting >= 0:
             twin._selecting_at = selecting + 1
+        return twin
+
+    def _holds_objects(self) -> bool:
+        return any(getattr(part, "owns", False) for part in self._parts)
+
+    def twin(self) -> SamplerChain:
+        """A new chain of the same samplers, made anew (this chain is left as it is); a chain holding sampler
+        objects (add(...)), which cannot be made twice, is given back itself."""
+        if self._built:
+            raise InvalidParameterError("a chain that has sampled cannot be copied", field="sampler")
+        if self._holds_objects():
+            return self
+        twin = SamplerChain(self._no_perf, self._n_vocab, self.default_seed, self._model)
+        for name, part, keeps in zip(self.names, self._parts, self._keeps_top):
+            twin._append(name, part, keeps)
         return twin
 
     @classmethod
@@ -593,6 +608,41 @@ class SamplerChain(LlamaSampler):
             return g.sampler_ptr(tg.vocabulary("grammar_lazy"), True, patterns, tokens)
 
         return self._append("grammar_lazy", make)
+
+    def reasoning_budget(self, start: Sequence[int], ends: Sequence[Sequence[int]], forced: Sequence[int],
+                         budget: int, prefill: Sequence[int] = ()) -> SamplerChain:
+        """llama-server's reasoning budget (--reasoning-budget), put first in the chain (after a leading grammar),
+        as common_sampler applies it before the other samplers: after the token sequence `start`, `budget`
+        tokens (-1: unlimited) may come before one of `ends` closes the thinking; then `forced` (the budget
+        message and the first end tag) is forced, token by token. `prefill`: tokens it reads first (the template's
+        generation prompt: a prompt that opens the thinking starts the count)."""
+        if isinstance(budget, bool) or not isinstance(budget, int) or not -1 <= budget <= 2**31 - 1:
+            raise InvalidParameterError(f"the reasoning budget must be an int >= -1 (-1: unlimited), got {budget!r}",
+                                        field="reasoning_budget")
+        if not start or not ends or not all(ends):
+            raise InvalidParameterError("a reasoning budget needs start and end token sequences", field="sampler")
+        if self._built:
+            raise InvalidParameterError("a reasoning budget can be put in a chain that has not sampled yet only",
+                                        field="sampler")
+        seqs = (tuple(int(t) for t in start), tuple(tuple(int(t) for t in seq) for seq in ends),
+                tuple(int(t) for t in forced), tuple(int(t) for t in prefill))
+
+        def make(tg: _Target) -> Any:
+            n_vocab = tg.vocab_size("reasoning_budget")
+            bad = [t for seq in (seqs[0], *seqs[1], seqs[2], seqs[3]) for t in seq if not 0 <= t < n_vocab]
+            if bad:
+                raise InvalidTokenError(f"reasoning budget token {bad[0]} is outside the vocabulary "
+                                        f"(0..{n_vocab - 1})", token=bad[0])
+            return reasoning_budget_ptr(tg.vocabulary("reasoning_budget"), seqs[0], seqs[1], seqs[2], budget, seqs[3])
+
+        at = 1 if self.names and self.names[0] in GRAMMARS else 0
+        self._parts.insert(at, make)
+        self.names.insert(at, "reasoning_budget")
+        self._keeps_top.insert(at, False)
+        self._argmax_picks = False  # it forces tokens: greedy no longer picks the logits' argmax
+        if self._selecting_at >= 0:
+            self._selecting_at += 1
+        return self
 
     def infill(self) -> SamplerChain:  # type: ignore[override]
         """Fill-in-the-middle: merges tokens with a common prefix, prefers EOG when it dominates."""

@@ -71,6 +71,8 @@ class AsyncLlama:
                                      reasoning_format: str | None = None, reasoning_effort: str | None = None,
                                      chat_template_kwargs: dict[str, Any] | None = None,
                                      parallel_tool_calls: bool | None = None,
+                                     reasoning_budget_tokens: int | None = None,
+                                     reasoning_budget_message: str | None = None,
                                      **sampling: Unpack[SamplingOptions]
                                      ) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
         """As Llama.create_chat_completion; with stream=True, an async iterator of OpenAI chunks."""
@@ -78,7 +80,9 @@ class AsyncLlama:
         chain, own = call_sampler(llama, sampler, sampling, "create_chat_completion")
         job, plan = chat_job(llama, messages, max_tokens, chain, stop, tools, tool_choice, response_format,
                              chat_template, own, reasoning_format=reasoning_format, reasoning_effort=reasoning_effort,
-                             chat_template_kwargs=chat_template_kwargs, parallel_tool_calls=parallel_tool_calls)
+                             chat_template_kwargs=chat_template_kwargs, parallel_tool_calls=parallel_tool_calls,
+                             reasoning_budget_tokens=reasoning_budget_tokens,
+                             reasoning_budget_message=reasoning_budget_message)
         name = llama.params.model_path.name
         if stream:
             return self._chat_chunks(job, ChatStream(name, plan))

@@ -162,7 +162,10 @@ class ChatSpec:
     `tools` are OpenAI's tool dicts (or Python functions); `tool_choice` "auto", "none", "required" or
     {"type": "function", "function": {"name": ...}}; `json_schema` / `grammar` constrain the reply
     (`response_format` is turned into `json_schema`); `reasoning_format` "auto" (the thinking goes to
-    reasoning_content), "none" (kept inline), "deepseek" or "deepseek-legacy"."""
+    reasoning_content), "none" (kept inline), "deepseek" or "deepseek-legacy". `reasoning_budget_tokens`
+    (llama-server's field, also its `thinking_budget_tokens`): the thinking's length in tokens, then
+    `reasoning_budget_message` and the template's end-of-thinking tag are forced (0: it ends at once; -1 or
+    None: unlimited)."""
 
     messages: list[dict[str, Any]]
     tools: list[Any] | None = None
@@ -178,24 +181,31 @@ class ChatSpec:
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool | None = None
     continue_final_message: Any = None
+    reasoning_budget_tokens: int | None = None
+    reasoning_budget_message: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class ChatSettings:
     """A server's chat defaults, as llama-server's flags set them (--reasoning-format, -rea/--reasoning,
-    --reasoning-effort, --chat-template-kwargs): a request's own fields win, kwargs are merged."""
+    --reasoning-effort, --chat-template-kwargs, --reasoning-budget, --reasoning-budget-message): a request's own
+    fields win (a reasoning_budget_tokens of -1 is llama-server's "not given"), kwargs are merged."""
 
     reasoning_format: str | None = None
     enable_thinking: bool | None = None  # --reasoning on / off (None: auto, the template's default)
     reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    reasoning_budget: int = -1  # --reasoning-budget (-1: unlimited)
+    reasoning_budget_message: str | None = None  # --reasoning-budget-message
 
     def options(self, chat_template: str | None = None, **given: Any) -> dict[str, Any]:
         """ChatSpec's keyword arguments: `given` (a request's fields; None means not given) over these."""
         out = {k: v for k, v in given.items() if v is not None}
-        for key in ("reasoning_format", "enable_thinking", "reasoning_effort"):
+        for key in ("reasoning_format", "enable_thinking", "reasoning_effort", "reasoning_budget_message"):
             if key not in out and getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if out.get("reasoning_budget_tokens", -1) == -1 and self.reasoning_budget != -1:
+            out["reasoning_budget_tokens"] = self.reasoning_budget
         if self.chat_template_kwargs:
             out["chat_template_kwargs"] = {**self.chat_template_kwargs, **(out.get("chat_template_kwargs") or {})}
         if chat_template is not None:

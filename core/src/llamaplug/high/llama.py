@@ -288,6 +288,8 @@ class Llama:
         reasoning_effort: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         parallel_tool_calls: bool | None = None,
+        reasoning_budget_tokens: int | None = None,
+        reasoning_budget_message: str | None = None,
         **sampling: Unpack[SamplingOptions],
     ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
         """Reply to `messages` (OpenAI's shape) through the model's own chat template.
@@ -300,8 +302,10 @@ class Llama:
         a grammar, "auto" by a lazy one (from the template's call marker on). The model's thinking
         comes back in message.reasoning_content (`reasoning_format="none"` keeps it in content);
         `chat_template_kwargs` (e.g. {"enable_thinking": False}) and `reasoning_effort` go to the
-        template. A tool may be a Python function: its JSON schema
-        comes from its signature and docstring (tool_schema.function_tool). Streamed, calls come
+        template. `reasoning_budget_tokens` caps the thinking as llama-server's field does: after that many
+        tokens `reasoning_budget_message` and the template's end-of-thinking tag are forced (0: no thinking).
+        A tool may be a Python function: its JSON schema comes from its signature and docstring
+        (tool_schema.function_tool). Streamed, calls come
         as delta.tool_calls (see chat.ChatStream). `response_format` may be a pydantic model:
         the reply is constrained to its JSON schema and message.parsed is the validated object
         (ReplyValidationError names the field that does not fit; not when streamed).
@@ -311,7 +315,9 @@ class Llama:
         chain, own = call_sampler(self, sampler, sampling, "create_chat_completion")
         job, plan = chat_job(self, messages, max_tokens, chain, stop, tools, tool_choice, response_format,
                              chat_template, own, reasoning_format=reasoning_format, reasoning_effort=reasoning_effort,
-                             chat_template_kwargs=chat_template_kwargs, parallel_tool_calls=parallel_tool_calls)
+                             chat_template_kwargs=chat_template_kwargs, parallel_tool_calls=parallel_tool_calls,
+                             reasoning_budget_tokens=reasoning_budget_tokens,
+                             reasoning_budget_message=reasoning_budget_message)
         name = self.params.model_path.name
         if stream:
             return as_chunks(events.chunks(self._engine, job), name, plan)

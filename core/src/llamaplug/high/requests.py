@@ -125,6 +125,7 @@ def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sa
     """The job of one chat request, with the prompt, grammar, stops and special tokens llama.cpp's chat layer
     gives for it (the same for every face: Llama, AsyncLlama, every HTTP API, Ray replicas)."""
     model = llama.model
+    budget = _check_budget(spec)
     projector = llama.projector
     if projector is not None and projector.has_media(spec.messages):
         prompt, plan = projector.chat_prompt(spec.messages, lambda flat: _render(llama, spec, flat))
@@ -148,11 +149,44 @@ def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sa
         else:
             sampler = sampler.constrained(params["grammar"], prefill=_prefill_tokens(model, params))
         own_sampler = True
+    if budget >= 0 and params["thinking_start_tag"] and any(params["thinking_end_tags"]):
+        sampler = _with_budget(model, params, sampler, own_sampler, budget, spec.reasoning_budget_message or "")
+        own_sampler = True
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     job = completion_job(llama, prompt, max_tokens, sampler, stops + list(params["additional_stops"]), logprobs,
                          False, None, own_sampler)
     job.render_special = frozenset(preserved_tokens(params, tokenize))
     return job, plan
+
+
+def _check_budget(spec: ChatSpec) -> int:
+    """The request's reasoning budget (-1: unlimited), checked before anything is rendered."""
+    budget = spec.reasoning_budget_tokens
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)
+                               or not -1 <= budget <= MAX_TOKENS):
+        raise InvalidParameterError(f"reasoning_budget_tokens must be an int in -1..{MAX_TOKENS} (-1: unlimited, "
+                                    f"0: no thinking), got {budget!r}", field="reasoning_budget_tokens")
+    if spec.reasoning_budget_message is not None and not isinstance(spec.reasoning_budget_message, str):
+        raise InvalidParameterError("reasoning_budget_message must be text", field="reasoning_budget_message")
+    return -1 if budget is None else budget
+
+
+def _with_budget(model: Any, params: dict[str, Any], sampler: LlamaSampler | None, owned: bool, budget: int,
+                 message: str) -> SamplerChain:
+    """`sampler` with llama-server's reasoning budget in front (tools/server: the template's thinking tags, the
+    message's tokens then the first end tag's forced when the budget is spent; the generation prompt read first)."""
+    sampler = sampler if sampler is not None else SamplerChain().greedy()
+    if not isinstance(sampler, SamplerChain):
+        raise InvalidParameterError("reasoning_budget_tokens needs a SamplerChain (or no sampler)", field="sampler")
+    if not owned:
+        sampler = sampler.twin()  # the caller's chain stays as it was given
+
+    def tokenize(text: str) -> list[int]:
+        return model.tokenize(text, False, True)
+
+    ends = [tokenize(tag) for tag in params["thinking_end_tags"] if tag]
+    return sampler.reasoning_budget(tokenize(params["thinking_start_tag"]), ends, tokenize(message) + ends[0],
+                                    budget, _prefill_tokens(model, params))
 
 
 def _render(llama: Llama, spec: ChatSpec, flat: list[dict[str, Any]]) -> tuple[str, ChatPlan]:

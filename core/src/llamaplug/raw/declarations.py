@@ -68,6 +68,9 @@ void llamaplug_chat_stream_free(void *);
 char * llamaplug_chat_stream_update(void *, const char *, int, char **);
 char * llamaplug_json_schema_to_grammar(const char *, char **);
 int llamaplug_chat_grammar_prefill(struct llama_sampler *, const llama_token *, size_t, char **);
+struct llama_sampler * llamaplug_reasoning_budget_new(const struct llama_vocab *, const llama_token *, size_t,
+                                                     const llama_token *, const size_t *, size_t, const llama_token *,
+                                                     size_t, int32_t, const llama_token *, size_t, char **);
 """
 
 C_HELPERS_CDEF = """

@@ -117,7 +117,8 @@ class OutputConfig(_Body):
 
 
 class ThinkingConfig(_Body):
-    """Extended thinking: on ("enabled") or off; the budget is not enforced."""
+    """Extended thinking: on ("enabled") or off; an enabled one's budget_tokens (default 10000, as llama-server)
+    is the reasoning budget."""
 
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | None = Field(None, ge=0)
@@ -143,6 +144,12 @@ class MessagesRequest(_Body):
     def enable_thinking(self) -> bool | None:
         """Thinking on or off as the request asks (None: the server's default)."""
         return None if self.thinking is None else self.thinking.type == "enabled"
+
+    def thinking_budget(self) -> int | None:
+        """The thinking's budget in tokens, as llama-server reads it (None: not given)."""
+        if self.thinking is None or self.thinking.type != "enabled":
+            return None
+        return 10000 if self.thinking.budget_tokens is None else self.thinking.budget_tokens
 
 
 class ThinkingOut(BaseModel):

@@ -99,6 +99,13 @@ class ChatRequest(_Request):
     reasoning_effort: str | None = Field(None, description='given to the template; "none" turns thinking off')
     chat_template_kwargs: dict[str, Any] | None = Field(None, description="extra variables for the chat template "
                                                         "(e.g. enable_thinking)")
+    reasoning_budget_tokens: int | None = Field(None, ge=-1, le=2**31 - 1, description="llama-server's: the thinking's "
+                                                "length in tokens, then the message and the end-of-thinking tag are "
+                                                "forced (0: no thinking; -1: the server's --reasoning-budget)")
+    thinking_budget_tokens: int | None = Field(None, ge=-1, le=2**31 - 1, description="llama-server's other name for "
+                                               "reasoning_budget_tokens (which wins when both are given)")
+    reasoning_budget_message: str | None = Field(None, description="llama-server's: text forced before the "
+                                                 "end-of-thinking tag when the budget is spent")
 
     def chat_fields(self) -> dict[str, Any]:
         """The chat layer's fields of this request (None: not given), for Served.chat_options."""
@@ -107,7 +114,9 @@ class ChatRequest(_Request):
                 "reasoning_effort": self.reasoning_effort, "chat_template_kwargs": self.chat_template_kwargs,
                 "grammar": self.grammar, "json_schema": self.json_schema,
                 "add_generation_prompt": self.add_generation_prompt if "add_generation_prompt" in given else None,
-                "continue_final_message": self.continue_final_message}
+                "continue_final_message": self.continue_final_message,
+                "reasoning_budget_tokens": self.reasoning_budget_tokens if self.reasoning_budget_tokens is not None
+                else self.thinking_budget_tokens, "reasoning_budget_message": self.reasoning_budget_message}
 
 
 class EmbeddingRequest(BaseModel):

@@ -65,7 +65,8 @@ async def messages(body: MessagesRequest, request: Request,
         # an empty list is answered as llama-server does: a reply to the template's own prompt
         return chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
                         chat.response_format, own_sampler=True, allow_empty=True,
-                        **served.chat_options(enable_thinking=body.enable_thinking()))
+                        **served.chat_options(enable_thinking=body.enable_thinking(),
+                                              reasoning_budget_tokens=body.thinking_budget()))
 
     job, plan = await off_loop(build)
     ident = f"msg_{uuid.uuid4().hex[:24]}"
