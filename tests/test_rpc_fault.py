@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.request
 
+import anthropic
 import openai
 import pytest
 from llamaplug_testing import free_port, llamaplug_server, run_isolated
@@ -148,9 +149,9 @@ def _rpc_server(port: int) -> subprocess.Popen:
 
 def test_an_rpc_server_killed_under_load_fails_requests_and_serving_resumes(smollm2_path, llama):
     """`llamaplug serve --rpc` with every layer on the RPC server's device, streams decoding: the RPC server is
-    killed. The serving process stays up; the streams end in OpenAI's in-stream error event and new requests get
-    OpenAI's error body (as the `openai` client reads them), /health answers; once the RPC server is back on its
-    port, a request generates what it did before the kill."""
+    killed. The serving process stays up; the streams end in their API's in-stream error event (OpenAI's,
+    Anthropic's) and new requests get OpenAI's error body (as the `openai` and `anthropic` clients read them),
+    /health answers; once the RPC server is back on its port, a request generates what it did before the kill."""
     port = free_port()
     endpoint = f"127.0.0.1:{port}"
     # No end of generation: the streams are still decoding when the server dies.
@@ -181,7 +182,24 @@ def test_an_rpc_server_killed_under_load_fails_requests_and_serving_resumes(smol
                 except openai.APIError as exc:
                     ends.append(exc)
 
-            threads = [threading.Thread(target=stream, args=(i,)) for i in range(3)]
+            def anthropic_stream() -> None:
+                claude = anthropic.Anthropic(base_url=f"http://127.0.0.1:{http}", api_key="unused", max_retries=0,
+                                             timeout=120)
+                events = claude.messages.create(
+                    model="m", max_tokens=2000, stream=True,
+                    messages=[{"role": "user", "content": "Tell a very long story about a lighthouse."}])
+                try:
+                    deltas = 0
+                    for event in events:
+                        deltas += event.type == "content_block_delta"
+                        if deltas == 3 and event.type == "content_block_delta":
+                            started.wait()
+                    ends.append("finished")
+                except anthropic.APIStatusError as exc:
+                    ends.append(exc)
+
+            threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
+            threads.append(threading.Thread(target=anthropic_stream))
             for t in threads:
                 t.start()
             started.wait()  # every stream has tokens: kill the RPC server under them
@@ -190,9 +208,16 @@ def test_an_rpc_server_killed_under_load_fails_requests_and_serving_resumes(smol
             for t in threads:
                 t.join(timeout=120)
             assert not any(t.is_alive() for t in threads)
-            assert len(ends) == 3 and all(isinstance(e, openai.APIError) for e in ends), ends
-            for e in ends:  # the in-stream event: OpenAI's error body, naming the server
+            assert len(ends) == 3, ends
+            openai_ends = [e for e in ends if isinstance(e, openai.APIError)]
+            claude_ends = [e for e in ends if isinstance(e, anthropic.APIStatusError)]
+            assert len(openai_ends) == 2 and len(claude_ends) == 1, ends
+            for e in openai_ends:  # OpenAI's in-stream event: its error body, naming the server
                 assert endpoint in e.message and e.code == "backend_failed", (e.message, e.body)
+            # Anthropic's: an `event: error` with its error body
+            assert claude_ends[0].body["type"] == "error", claude_ends[0].body
+            error = claude_ends[0].body["error"]
+            assert error["type"] == "api_error" and endpoint in error["message"], error
 
             assert proc.poll() is None
             with urllib.request.urlopen(f"http://127.0.0.1:{http}/health", timeout=10) as resp:
