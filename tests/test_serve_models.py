@@ -34,7 +34,7 @@ from llamaplug.server import durations
 from llamaplug.server.app import create_app_for
 from llamaplug.server.errors import ApiError
 from llamaplug.server.model_specs import specs_from_dir
-from llamaplug.server.registry import ModelRegistry, ModelSpec, ModelState
+from llamaplug.server.registry import ModelRegistry, ModelSpec, ModelState, Served
 
 SLOTS = 4
 CTX = 2048
@@ -344,6 +344,7 @@ class FakeLlama:
         self.params = params
         self.engine = SimpleNamespace(n_slots=1, stats=EngineStats())
         self.model = SimpleNamespace(metadata={})
+        self.context = SimpleNamespace(backend_lost=None)
         self.closed = False
 
     def close(self) -> None:
@@ -412,6 +413,27 @@ def test_a_model_is_never_closed_under_a_request(smollm2_path):
             assert not a.llama.closed and registry.describe("b")[1] is ModelState.LOADING
         await other
         assert a.llama.closed and registry.describe("a")[1] is ModelState.UNLOADED
+
+    asyncio.run(main())
+
+
+def test_a_model_that_lost_its_rpc_server_is_loaded_again_after_its_requests(smollm2_path):
+    loader = Loader()
+    registry = fake_registry(smollm2_path, loader)
+
+    async def use(name: str) -> Served:
+        async with registry.lease(name) as served:
+            return served
+
+    async def main() -> None:
+        async with registry.lease("a") as first:
+            first.llama.context.backend_lost = "127.0.0.1:50052"  # as a decode that lost it marks the context
+            later = asyncio.ensure_future(use("a"))
+            await asyncio.sleep(0.1)
+            assert not first.llama.closed and not later.done()  # never closed under a request
+        second = await later
+        assert first.llama.closed and second.llama is not first.llama and len(loader.loads) == 2
+        assert registry.describe("a")[1] is ModelState.LOADED and (await use("a")) is second
 
     asyncio.run(main())
 

@@ -291,6 +291,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                "log_level": args.log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed}
     if args.threads:
         base["n_threads"] = args.threads
+    if args.rpc:
+        base["rpc_servers"] = [e.strip() for given in args.rpc for e in given.split(",") if e.strip()]
     if args.n_batch:
         base["n_batch"] = args.n_batch
     if args.flash_attn:
@@ -646,6 +648,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-header-kib", type=_positive, default=64, metavar="KIB",
                        help="largest request line and headers; longer is a 431 and the connection closes (default 64)")
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
+    serve.add_argument("--rpc", action="append", default=[], metavar="HOST:PORT",
+                       help="an RPC server (`llamaplug rpc-server`) whose devices hold layers (repeatable, or "
+                            "comma-separated as llama-server's)")
     _add_chat_arguments(serve)
     serve.add_argument("-fa", "--flash-attn", choices=["on", "off", "auto"], help="Flash Attention (default auto: on "
                                                                                   "where the backend has it)")

@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import plugins, raw
@@ -162,9 +163,9 @@ class LlamaBackend:
     def check_rpc_servers(self, timeout: float = 2.0) -> None:
         """Raise BackendError naming a registered RPC server that does not take a connection now.
 
-        ggml-rpc aborts the process when a load or a decode cannot reach a server whose devices are
-        registered ("Failed to connect"): a load checks them first, so a stopped server is an error
-        (and a load once it is back works again).
+        A load checks them first, so a stopped server is an error naming it (ggml-rpc itself aborted the
+        process, "Failed to connect"; patched, it fails the load with an allocation error), and a load once
+        it is back works again.
         """
         for endpoint in self.rpc_servers:
             host, _, port = endpoint.rpartition(":")
@@ -173,6 +174,26 @@ class LlamaBackend:
             except OSError as exc:
                 raise BackendError(f"the RPC server {endpoint} does not answer ({exc}); its devices are "
                                    "registered for this process's models: start it again") from None
+
+    def rpc_watch(self) -> Callable[[], str | None] | None:
+        """A check for the decodes of a context made now: it names the registered RPC server whose connection
+        broke (None while all hold). None when no RPC server is registered (nothing to check).
+
+        ggml-rpc's commands are asynchronous: the decode during which a server dies returns success, and what it
+        read from the server (the logits) are zeros. A decode on RPC devices synchronizes and asks this before
+        its outputs are used (vendor/llama.cpp/patches/0003-ggml-rpc-a-lost-connection-is-an-error.patch).
+        """
+        endpoints = [e.encode() for e in self.rpc_servers]
+        reg = lib.ggml_backend_reg_by_name(b"RPC") if endpoints else ffi.NULL
+        fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_connection_lost") if reg else ffi.NULL
+        if fn == ffi.NULL:
+            return None
+        lost = ffi.cast("bool (*)(const char *)", fn)
+
+        def check() -> str | None:
+            return next((e.decode() for e in endpoints if lost(e)), None)
+
+        return check
 
     def rpc_start_server(self, host: str, port: int, n_threads: int = 0) -> None:
         """Serve this process's local devices over RPC; blocks until the process ends."""

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import (
+    BackendError,
     ContextOverflowError,
     ContextTooLargeError,
     InvalidParameterError,
@@ -31,6 +32,7 @@ from ..raw import ffi, lib
 from . import _callback_errors, _native_log
 from ._threadpool import ThreadPools
 from .adapters import ContextAdapters
+from .backend import LlamaBackend
 from .batch import LlamaBatch
 from .c_params import context_c_params
 from .memory import check_fits
@@ -115,6 +117,8 @@ class LlamaContext(ContextState, ContextAdapters):
         self._one.add(0, 0, (0,), True)
         # Which tokens of the last batch produced outputs, to check get_logits_ith's index.
         self._outputs = np.zeros(0, dtype=np.int8)
+        self._rpc_lost = LlamaBackend.init().rpc_watch()  # None without RPC servers: nothing to check
+        self.backend_lost: str | None = None  # the RPC server whose connection a decode lost (see _check_rpc)
         pm.hook.llamaplug_context_created(context=self)
         _say_size(self, params)
 
@@ -227,12 +231,25 @@ class LlamaContext(ContextState, ContextAdapters):
         self._check_batch(batch)
         with _native_log.capture_errors() as errors:
             rc = lib.llama_decode(self._ptr, batch.c_batch())
+        if self._rpc_lost is not None:
+            self._check_rpc()
         if rc == 2:
             _interrupted()
         raise_for_status("llama_decode", rc, n_tokens=batch.n_tokens, native=errors)
         self._outputs = batch.logits[: batch.n_tokens].copy()
         self.epoch += 1
         self.n_past = max(self.n_past, int(batch.pos[: batch.n_tokens].max()) + 1)
+
+    def _check_rpc(self) -> None:
+        """After a decode on a process with RPC servers: BackendError if a connection broke (its outputs are
+        zeros, and every later decode on its devices fails); the context stays unusable (`backend_lost`)."""
+        lib.llama_synchronize(self._ptr)  # the outputs' reads complete (or fail) first
+        assert self._rpc_lost is not None
+        lost = self.backend_lost or self._rpc_lost()
+        if lost:
+            self.backend_lost = lost
+            raise BackendError(f"the connection to the RPC server {lost} was lost during llama_decode: this model "
+                               "cannot decode until it is loaded again, once the server is back")
 
     def warm_up(self) -> None:
         """One decode of [BOS, EOS], then an empty cache, as llama.cpp's tools run before they report ready:
@@ -287,6 +304,8 @@ class LlamaContext(ContextState, ContextAdapters):
         one.token[0] = token
         one.pos[0] = self.n_past
         rc = lib.llama_decode(self._ptr, one.c_batch())
+        if self._rpc_lost is not None:
+            self._check_rpc()
         if rc:
             if rc == 2:
                 _interrupted()

@@ -270,6 +270,7 @@ class ModelRegistry:
             self._when_idle(entry)
 
     async def _acquire(self, entry: _Entry) -> Served:
+        self._drop_if_lost(entry)
         if entry.state is ModelState.LOADED and entry.unloading is None:
             assert entry.served is not None
             self._check_queue(entry.users >= entry.served.llama.engine.n_slots)  # would it wait for a slot?
@@ -298,6 +299,18 @@ class ModelRegistry:
                     return self._take(entry)
         finally:
             self._waiting -= 1
+
+    def _drop_if_lost(self, entry: _Entry) -> None:
+        """A model whose RPC server's connection broke cannot decode again (its weights were there): unload it,
+        once the requests on it have failed, so that this request loads it anew (Llama.load checks the server
+        first: while it is down, the load is the request's error)."""
+        served = entry.served
+        if entry.spec is None or served is None or entry.unloading is not None:
+            return
+        lost = served.llama.context.backend_lost
+        if lost:
+            log.warning("%s lost its RPC server %s: unloading it, the next request loads it again", entry.id, lost)
+            entry.unloading = asyncio.ensure_future(self._drain_and_close(entry, ModelState.UNLOADED))
 
     def _take(self, entry: _Entry) -> Served:
         self._cancel_timer(entry)
