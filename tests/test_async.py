@@ -28,7 +28,8 @@ def run(coro):
     return asyncio.run(coro)
 
 
-async def _busy_slots_drop_to_zero(llama: lp.Llama, within: float = 10) -> bool:
+async def _busy_slots_drop_to_zero(llama: lp.Llama, within: float = 60) -> bool:
+    """Whether the slot is freed; the deadline only ends a hang (a freed slot is seen at once, a leaked one never)."""
     deadline = time.monotonic() + within
     while llama.engine.stats.busy_slots and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
@@ -46,36 +47,30 @@ def test_gathered_completions_equal_the_sync_ones(shared):
 
 
 def test_streaming_never_blocks_the_loop(shared):
+    """While the engine makes the tokens, the loop runs other tasks: a ticker on the same loop sees the engine's
+    token count at many values between the first and the last chunk. A stream that waited for its tokens on the
+    loop's thread would never hand the loop to the ticker mid-generation. Counted in tokens, not in seconds."""
     async def main():
         allama = lp.AsyncLlama(shared)
-        ticks = 0
-        gaps: list[float] = []
+        seen: list[int] = []
 
         async def ticker():
-            nonlocal ticks
-            last = time.perf_counter()
             while True:
-                await asyncio.sleep(0.002)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-                ticks += 1
+                seen.append(shared.engine.stats.generated_tokens)
+                await asyncio.sleep(0.001)
 
+        start = shared.engine.stats.generated_tokens
         tick = asyncio.create_task(ticker())
         parts = []
-        t0 = time.perf_counter()
-        async for chunk in await allama.create_completion(COUNTING, max_tokens=48,
-                                                          stream=True):
+        async for chunk in await allama.create_completion(COUNTING, max_tokens=48, stream=True):
             parts.append(chunk.text)
-        took = time.perf_counter() - t0
         tick.cancel()
-        return "".join(parts), ticks, max(gaps), took
+        return "".join(parts), start, seen
 
-    text, ticks, worst, took = run(main())
+    text, start, seen = run(main())
     assert text == shared.create_completion(COUNTING, max_tokens=48).text
-    # The loop ran its ticker all along (every 2 ms asked; at least one per 20 ms on a busy machine):
-    # no gap near a whole generation.
-    assert ticks >= took / 0.02 and worst < 0.25, (ticks, worst, took)
+    during = {n for n in seen if start < n < start + 48}
+    assert len(during) >= 12, sorted(during)  # the loop turned while a quarter or more of the tokens were made
 
 
 def test_cancelling_the_task_frees_the_slot(shared):

@@ -329,11 +329,10 @@ def test_invalid_parameter_is_also_value_error():
 @pytest.fixture(scope="module")
 def huge_context_results(smollm2_path):
     return run_child(f"""
-        import resource, time
+        import resource
         path = {str(smollm2_path)!r}
         def load(**kw):
             return lp.Llama.load(lp.LlamaParams(model_path=path, n_threads={THREADS}, **kw))
-        start = time.perf_counter()
         expect("n_ctx_max_int32", "ContextTooLargeError", lambda: load(n_ctx=2**31 - 1))
         expect("n_ctx_2_26", "ContextTooLargeError", lambda: load(n_ctx=2**26))
         model = lp.LlamaModel(path)
@@ -341,9 +340,8 @@ def huge_context_results(smollm2_path):
                lambda: lp.LlamaContext(model, lp.ContextParams(n_ctx=2**30, n_threads={THREADS})))
         expect("n_ctx_over_uint32", "InvalidParameterError", lambda: load(n_ctx=2**32 + 5))
         expect("n_seq_max_huge", "InvalidParameterError", lambda: load(n_ctx=4096, n_seq_max=10**6))
-        elapsed = time.perf_counter() - start
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print("COST", json.dumps({{"seconds": elapsed, "peak_mib": peak_mib}}), flush=True)
+        print("COST", json.dumps({{"peak_mib": peak_mib}}), flush=True)
         with load(n_ctx=256) as llama:  # still sound afterwards
             print("ALIVE", llama.context.n_ctx, flush=True)
         """)
@@ -373,8 +371,9 @@ def test_huge_context_fails_fast_without_touching_memory(huge_context_results):
     outcome(huge_context_results, "n_ctx_max_int32")
     line = next(line for line in huge_context_results.stdout.splitlines() if line.startswith("COST "))
     cost = json.loads(line.split(" ", 1)[1])
-    assert cost["seconds"] < 20, cost
-    assert cost["peak_mib"] < 2048, cost  # llama.cpp alone zero-fills 8 GiB before failing at n_ctx=2**31-1
+    # Fast means no gigabytes touched: llama.cpp alone zero-fills 8 GiB before failing at n_ctx=2**31-1. The peak
+    # memory says so on any machine; seconds would say it only on an idle one (run_child's timeout ends a hang).
+    assert cost["peak_mib"] < 2048, cost
     assert "ALIVE 256" in huge_context_results.stdout
 
 
