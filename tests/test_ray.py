@@ -192,13 +192,18 @@ def _cluster():
 @pytest.fixture(scope="module")
 def ingress(cluster, smollm2_path):
     """Two replicas of SmolLM2 (1 CPU: 1 thread each, SLOTS slots) behind the ingress; yields its port."""
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    _deploy(smollm2_path)
+    return port
+
+
+def _deploy(smollm2_path) -> None:
+    """The module's app: two replicas of SmolLM2 (the CLI test replaces it and puts it back)."""
     from llamaplug import LlamaParams
     from llamaplug.integrations.ray import build_app
 
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(LlamaParams(smollm2_path, n_ctx=CTX, n_seq_max=SLOTS), num_replicas=2), name=APP)
-    return port
 
 
 @pytest.fixture(scope="module")
@@ -413,3 +418,5 @@ def test_llamaplug_serve_ray_deploys_on_a_cluster(cluster, ingress, plain, smoll
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+        _deploy(smollm2_path)  # the module's two replicas again, for the tests that run after this one
+    assert len(_replicas(ingress)) == 2

@@ -101,11 +101,14 @@ def wait_for(port: int, model: str, state: str, seconds: float = 30) -> None:
         time.sleep(0.05)
 
 
-def test_a_models_dir_lists_every_model_unloaded(client, port, names):
-    assert [m.id for m in client.models.list().data] == sorted(names)
-    assert states(port) == dict.fromkeys(names, "unloaded")
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models/gemma", timeout=30) as resp:
-        assert json.loads(resp.read())["id"] == names[1]  # the alias of models.toml
+def test_a_models_dir_lists_every_model_unloaded(models_dir, names):
+    # A server of its own: the module's has loaded models for whichever tests ran before this one.
+    with llamaplug_server(None, "--models-dir", str(models_dir), "--max-loaded", "1", "-c", str(CTX)) as (port, _):
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        assert [m.id for m in client.models.list().data] == sorted(names)
+        assert states(port) == dict.fromkeys(names, "unloaded")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models/gemma", timeout=30) as resp:
+            assert json.loads(resp.read())["id"] == names[1]  # the alias of models.toml
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["smollm2", "gemma3"])
@@ -280,7 +283,9 @@ def test_keep_alive_zero_unloads_after_the_request(client, port, names):
 
 
 def test_a_full_queue_is_503_with_retry_after(port, names):
-    _, big = names  # not loaded: every request for it waits for its load
+    _, big = names
+    post(port, "/models/unload", {"model": big})  # not loaded, whatever ran before: every request waits for its load
+    assert states(port)[big] == "unloaded"
     body = {"model": big, "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0}
     with ThreadPoolExecutor(24) as pool:
         answers = list(pool.map(lambda _: post(port, "/v1/completions", body), range(24)))
@@ -374,16 +379,18 @@ def test_concurrent_first_requests_share_one_load_and_lru_unloads(smollm2_path):
     loader = Loader()
     registry = fake_registry(smollm2_path, loader, max_loaded=2)
 
-    async def use(name: str, hold: float = 0.0) -> str:
+    async def use(name: str, hold: asyncio.Event | None = None, held: asyncio.Event | None = None) -> str:
         async with registry.lease(name) as served:
-            await asyncio.sleep(hold)
+            if held is not None:
+                held.set()
+            if hold is not None:
+                await hold.wait()  # the lease is kept until the test says
             return served.id
 
     async def main() -> None:
         loader.gate.clear()
         tasks = [asyncio.ensure_future(use("a")) for _ in range(5)] + [asyncio.ensure_future(use("a-alias"))]
-        await asyncio.sleep(0.05)
-        assert registry.describe("a")[1] is ModelState.LOADING
+        await _until(lambda: registry.describe("a")[1] is ModelState.LOADING, "a's load never began")
         loader.gate.set()
         assert await asyncio.gather(*tasks) == ["a"] * 6
         assert len(loader.loads) == 1  # six requests, one load
@@ -393,10 +400,12 @@ def test_concurrent_first_requests_share_one_load_and_lru_unloads(smollm2_path):
         assert [registry.describe(n)[1] for n in "abc"] == [ModelState.LOADED, ModelState.UNLOADED,
                                                             ModelState.LOADED]
         # b's load must unload a or c; a is in use, so c goes, even though a was used earlier
-        holder = asyncio.ensure_future(use("a", hold=0.2))
-        await asyncio.sleep(0.01)
+        release, held = asyncio.Event(), asyncio.Event()
+        holder = asyncio.ensure_future(use("a", hold=release, held=held))
+        await held.wait()
         await use("b")
         assert registry.describe("c")[1] is ModelState.UNLOADED and not holder.done()
+        release.set()
         await holder
 
     asyncio.run(main())
@@ -409,7 +418,9 @@ def test_a_model_is_never_closed_under_a_request(smollm2_path):
     async def main() -> None:
         async with registry.lease("a") as a:
             other = asyncio.ensure_future(registry.load("b"))
-            await asyncio.sleep(0.1)
+            await _until(lambda: registry.describe("b")[1] is ModelState.LOADING, "b's load never began")
+            for _ in range(50):  # turns of the loop in which a wrong unload of a would happen
+                await asyncio.sleep(0)
             assert not a.llama.closed and registry.describe("b")[1] is ModelState.LOADING
         await other
         assert a.llama.closed and registry.describe("a")[1] is ModelState.UNLOADED
@@ -438,26 +449,35 @@ def test_a_model_that_lost_its_rpc_server_is_loaded_again_after_its_requests(smo
     asyncio.run(main())
 
 
+async def _until(condition, what: str) -> None:
+    """Wait for `condition()` on the loop; the deadline only ends a hang."""
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.005)
+
+
 def test_keep_alive_sleep_idle_and_the_queue(smollm2_path):
+    """Which timer a request leaves behind is read from the registry (expires_in), not guessed from sleeps;
+    the state changes are then waited for."""
     loader = Loader()
     registry = fake_registry(smollm2_path, loader, keep_alive=0.1, sleep_idle=0.05, max_queue=1)
 
     async def main() -> None:
         async with registry.lease("a"):
             pass
-        await asyncio.sleep(0.2)
-        assert registry.describe("a")[1] is ModelState.SLEEPING  # the shorter of the two
+        assert registry.expires_in("a") <= 0.05  # the shorter of the two: sleep
+        await _until(lambda: registry.describe("a")[1] is ModelState.SLEEPING, "a never slept")
         async with registry.lease("a", keep_alive=-1):  # negative: never, this model from now on
             pass
-        await asyncio.sleep(0.2)
-        assert registry.describe("a")[1] is ModelState.LOADED
+        assert registry.describe("a")[1] is ModelState.LOADED and registry.expires_in("a") is None  # no timer
         async with registry.lease("b", keep_alive=0):
             pass
-        await asyncio.sleep(0.05)
-        assert registry.describe("b")[1] is ModelState.UNLOADED
+        assert registry.expires_in("b") == 0  # unloaded right after the request, not after the server's 0.1 s
+        await _until(lambda: registry.describe("b")[1] is ModelState.UNLOADED, "b was never unloaded")
         loader.gate.clear()
         first = asyncio.ensure_future(registry.load("c"))
-        await asyncio.sleep(0.05)
+        await _until(lambda: registry.describe("c")[1] is ModelState.LOADING, "c's load never began")
         with pytest.raises(ApiError) as err:  # one request already waits for c's load
             async with registry.lease("c"):
                 pass
