@@ -396,16 +396,23 @@ def plan_chat(llama: Llama, spec: ChatSpec, messages: list[dict[str, Any]] | Non
     request, names = chat_request(spec, messages if messages is not None else check_messages(spec.messages))
     templates = chat_templates(llama.model, spec.chat_template)
     params = templates.apply(request)
-    if names and request["tool_choice"] != "none" and not any(name in params["prompt"] for name in names) \
-            and not templates.info["caps"].get("supports_tool_calls"):
+    if names and request["tool_choice"] != "none" and not templates.info["caps"].get("supports_tool_calls") \
+            and params["prompt"] == templates.apply(_without_tools(request))["prompt"]:
         # A template that can neither describe tools nor write a call: llama.cpp's chat layer (so llama-server)
         # would go on without them. (One that writes calls but leaves describing the tools to the system message,
-        # as DeepSeek V3.1's, is rendered as llama-server renders it.)
+        # as DeepSeek V3.1's, is rendered as llama-server renders it.) Its prompt is the same without them: a
+        # tool's name found in the prompt would not say so (a short one is there by chance).
         raise InvalidParameterError(
-            "this chat template has no place for tools (the prompt it renders does not name them), so the model "
+            "this chat template has no place for tools (the prompt it renders is the same without them), so the model "
             "would not see them; give a template that does: chat_template=\"chatml-tools\" for a ChatML model "
             "(--chat-template chatml-tools), a model maker's own, or tool_choice=\"none\"", field="tools")
     return ChatPlan(params, spec.reasoning_format or params.get("reasoning_format", "auto"), spec.response_format)
+
+
+def _without_tools(request: dict[str, Any]) -> dict[str, Any]:
+    bare = {k: v for k, v in request.items() if k not in ("tools", "parallel_tool_calls")}
+    bare["tool_choice"] = "auto"
+    return bare
 
 
 def as_chat(completion: Completion, model: str, plan: ChatPlan | None = None,
