@@ -11,7 +11,8 @@ For each template (the model makers' own files, 70 of them):
     stops stay in front of it, as in any request).
 Where the template renders a finished turn otherwise than its prompt opens one (a thinking block the prompt
 opens and a past turn drops), the reply is the turn after the prompt's generation prompt, the thinking block
-closed first. Where that gives no reply, the pin's tests/test-chat.cpp's input for the template is the reply (TEST_CHAT_CASES).
+closed first. Where that gives no reply, the pin's tests/test-chat.cpp's input for the template is the
+reply (TEST_CHAT_CASES).
 Templates where llama.cpp gives no such reply (its rendering does not continue the prompt it
 made even so, its own grammar lets no start of it end, or no start of it parses back into the call) are listed in
 NO_ROUND_TRIP with the reference's reason, and left out of the count: a test checks that list is exactly
