@@ -33,7 +33,7 @@ from typing import Any
 
 import openai
 import pytest
-from llamaplug_testing import free_port, llama_server, llamaplug_server
+from llamaplug_testing import free_port, llama_server, llamaplug_server, on_both
 from llamaplug_testing.settings import THREADS
 
 SLOTS, CTX = 2, 2048  # llama-server takes n up to its slots
@@ -126,12 +126,7 @@ def script(port: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def both(native_tools, smollm2_path) -> dict[str, dict[str, Any]]:
-    args = ("-np", str(SLOTS), "-c", str(CTX))
-    with llama_server(native_tools, smollm2_path, *args, "--jinja") as port:
-        theirs = script(port)
-    with llamaplug_server(smollm2_path, *args) as (port, _):
-        ours = script(port)
-    return {"theirs": theirs, "ours": ours}
+    return on_both(native_tools, smollm2_path, script, "-np", str(SLOTS), "-c", str(CTX))
 
 
 def _shape(value: Any) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from llamaplug_testing import llama_server, llamaplug_server
+from llamaplug_testing import on_both
 from test_server_contract import CTX, SLOTS, call
 
 QUESTION = [{"role": "user", "content": "Name three fruits."}]
@@ -46,12 +46,7 @@ def script(port: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def both(native_tools, smollm2_path) -> dict[str, dict[str, Any]]:
-    args = ("-np", str(SLOTS), "-c", str(CTX))
-    with llama_server(native_tools, smollm2_path, *args, "--jinja") as port:
-        theirs = script(port)
-    with llamaplug_server(smollm2_path, *args) as (port, _):
-        ours = script(port)
-    return {"theirs": theirs, "ours": ours}
+    return on_both(native_tools, smollm2_path, script, "-np", str(SLOTS), "-c", str(CTX))
 
 
 # What only llama-server can say (its slot), and what each server names its model.

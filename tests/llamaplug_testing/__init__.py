@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from .child import run_isolated
 from .generation import greedy
-from .servers import free_port, llama_server, llamaplug_server, post_json
+from .servers import free_port, llama_server, llamaplug_server, on_both, post_json
 from .settings import CHATML, REPO, THREADS
 
-__all__ = ["CHATML", "REPO", "THREADS", "free_port", "greedy", "llama_server", "llamaplug_server", "post_json",
+__all__ = ["CHATML", "REPO", "THREADS", "free_port", "greedy", "llama_server", "llamaplug_server", "on_both",
+           "post_json",
            "run_isolated"]

@@ -9,8 +9,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,13 @@ def post_json(port: int, path: str, body: dict) -> dict:
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as resp:
         return json.loads(resp.read())
+
+
+def on_both(bin_dir: Path, model: Path, script: Callable[[int], Any], *args: str) -> dict[str, Any]:
+    """`script(port)` against the pin's llama-server (--jinja) and then `llamaplug serve`, both given `args`:
+    {"theirs": ..., "ours": ...}."""
+    with llama_server(bin_dir, model, *args, "--jinja") as port:
+        theirs = script(port)
+    with llamaplug_server(model, *args) as (port, _):
+        ours = script(port)
+    return {"theirs": theirs, "ours": ours}
