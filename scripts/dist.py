@@ -93,11 +93,25 @@ def build_sdist(name: str, out: Path) -> Path:
         return out / done.stdout.strip().splitlines()[-1]
 
 
+def real_cmake() -> dict[str, str]:
+    """CMAKE_EXECUTABLE set to cmake's own binary, not a wrapper (pyenv's shim is a shell script).
+
+    scikit-build-core gives `cmake --version` a few seconds; through pyenv's shim on a loaded machine that ran
+    out and failed the build. CMake names its own binary in CMAKE_COMMAND."""
+    if os.environ.get("CMAKE_EXECUTABLE") or not shutil.which("cmake"):
+        return {}
+    with tempfile.TemporaryDirectory(prefix="llamaplug-cmake-") as tmp:
+        script = Path(tmp) / "where.cmake"
+        script.write_text('message("${CMAKE_COMMAND}")\n')
+        done = subprocess.run(["cmake", "-P", str(script)], capture_output=True, text=True, check=True)
+    return {"CMAKE_EXECUTABLE": done.stderr.strip()}
+
+
 def build_wheel(name: str, out: Path, defines: list[str]) -> Path:
     with tempfile.TemporaryDirectory(prefix="llamaplug-wheel-") as tmp:
         settings = [f"-Ccmake.define.{d}" for d in defines]
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", *settings,
-                        "-w", tmp, str(REPO / FOLDERS[name])], check=True)
+                        "-w", tmp, str(REPO / FOLDERS[name])], check=True, env={**os.environ, **real_cmake()})
         (wheel,) = Path(tmp).glob("*.whl")
         target = out / wheel.name
         shutil.move(wheel, target)
