@@ -6,6 +6,12 @@ PROMPT ?= The capital of France is
 # host: this machine's CPU variant only (dev, CI); all: every variant (release wheels).
 export LLAMAPLUG_CPU_VARIANTS ?= host
 PIP_INSTALL := $(BIN)/python -m pip install -q --no-build-isolation
+# scikit-build-core gives `cmake --version` a few seconds; through pyenv's shim (a shell script) on a loaded
+# machine that ran out and failed the build: builds get cmake's own binary.
+CMAKE_REAL := $(shell command -v cmake >/dev/null 2>&1 && cmake -P cmake/cmake_command.cmake 2>&1)
+ifneq ($(CMAKE_REAL),)
+export CMAKE_EXECUTABLE ?= $(CMAKE_REAL)
+endif
 
 .PHONY: run test build model sysdeps test-sysdeps docs docs-serve bench lint wheels native clean cuda cuda-wheel dist gpu-kit
 

@@ -97,13 +97,11 @@ def real_cmake() -> dict[str, str]:
     """CMAKE_EXECUTABLE set to cmake's own binary, not a wrapper (pyenv's shim is a shell script).
 
     scikit-build-core gives `cmake --version` a few seconds; through pyenv's shim on a loaded machine that ran
-    out and failed the build. CMake names its own binary in CMAKE_COMMAND."""
+    out and failed the build (`make` exports it too)."""
     if os.environ.get("CMAKE_EXECUTABLE") or not shutil.which("cmake"):
         return {}
-    with tempfile.TemporaryDirectory(prefix="llamaplug-cmake-") as tmp:
-        script = Path(tmp) / "where.cmake"
-        script.write_text('message("${CMAKE_COMMAND}")\n')
-        done = subprocess.run(["cmake", "-P", str(script)], capture_output=True, text=True, check=True)
+    done = subprocess.run(["cmake", "-P", str(REPO / "cmake" / "cmake_command.cmake")], capture_output=True,
+                          text=True, check=True)
     return {"CMAKE_EXECUTABLE": done.stderr.strip()}
 
 

@@ -6,8 +6,12 @@ Model, Context, Batch, Sampler), ``llamaplug.high`` (Llama, completions).
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 import pluggy
 
+from . import raw as _raw
 from ._version import GGML_VERSION, LLAMA_CPP_COMMIT, __version__
 from .errors import (
     BackendError,
@@ -36,41 +40,91 @@ from .errors import (
     TokenizerMismatchError,
     UnsupportedVocabError,
 )
-from .params import (
-    AttentionType,
-    ContextParams,
-    FlashAttnType,
-    KvCacheType,
-    LlamaParams,
-    ModelParams,
-    NumaStrategy,
-    PoolingType,
-    RopeScalingType,
-    SamplerParams,
-    SplitMode,
-)
 
 hookimpl = pluggy.HookimplMarker("llamaplug")
 
-from .blocks.adapters import ControlVector, LoraAdapter  # noqa: E402
-from .blocks.backend import BackendStatus, DeviceInfo, LlamaBackend  # noqa: E402
-from .blocks.batch import LlamaBatch  # noqa: E402
-from .blocks.builder import ContextBuilder  # noqa: E402
-from .blocks.context import LlamaContext  # noqa: E402
-from .blocks.grammar import Grammar  # noqa: E402
-from .blocks.model import LlamaModel  # noqa: E402
-from .blocks.quantize import QUANT_TYPES, quantize  # noqa: E402
-from .blocks.sampling import LlamaSampler, SamplerChain  # noqa: E402
-from .high.async_llama import AsyncLlama  # noqa: E402
-from .high.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
-from .high.chat_template import ChatTemplate  # noqa: E402
-from .high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob  # noqa: E402
-from .high.llama import Llama  # noqa: E402
-from .high.tool_schema import function_tool  # noqa: E402
+
+def _init_backends() -> object:
+    from .blocks.backend import LlamaBackend
+
+    return LlamaBackend.init()
+
+
+# llamaplug.raw.llama_backend_init (seed 003's raw flow) loads the plugins' backends, blocks imported or not.
+_raw.set_backend_loader(_init_backends)
+
+# The rest is imported when first asked for (PEP 562): `import llamaplug.cli` or a plugin's `from llamaplug import
+# hookimpl` then costs milliseconds, not the half second of pydantic, numpy and every layer, so `llamaplug serve`
+# starts its backend probes and its model load that much sooner.
+_LAZY = {
+    ".params": ("AttentionType", "ContextParams", "FlashAttnType", "KvCacheType", "LlamaParams", "ModelParams",
+                "NumaStrategy", "PoolingType", "RopeScalingType", "SamplerParams", "SplitMode"),
+    ".blocks.adapters": ("ControlVector", "LoraAdapter"),
+    ".blocks.backend": ("BackendStatus", "DeviceInfo", "LlamaBackend"),
+    ".blocks.batch": ("LlamaBatch",),
+    ".blocks.builder": ("ContextBuilder",),
+    ".blocks.context": ("LlamaContext",),
+    ".blocks.grammar": ("Grammar",),
+    ".blocks.model": ("LlamaModel",),
+    ".blocks.quantize": ("QUANT_TYPES", "quantize"),
+    ".blocks.sampling": ("LlamaSampler", "SamplerChain"),
+    ".high.async_llama": ("AsyncLlama",),
+    ".high.chat": ("ChatCompletion", "ChatCompletionChunk"),
+    ".high.chat_template": ("ChatTemplate",),
+    ".high.completion": ("Completion", "CompletionChunk", "CompletionTimings", "StopReason", "TokenLogprob"),
+    ".high.llama": ("Llama",),
+    ".high.tool_schema": ("function_tool",),
+}
+_HOME = {name: module for module, names in _LAZY.items() for name in names}
+
+if TYPE_CHECKING:
+    from .blocks.adapters import ControlVector, LoraAdapter
+    from .blocks.backend import BackendStatus, DeviceInfo, LlamaBackend
+    from .blocks.batch import LlamaBatch
+    from .blocks.builder import ContextBuilder
+    from .blocks.context import LlamaContext
+    from .blocks.grammar import Grammar
+    from .blocks.model import LlamaModel
+    from .blocks.quantize import QUANT_TYPES, quantize
+    from .blocks.sampling import LlamaSampler, SamplerChain
+    from .high.async_llama import AsyncLlama
+    from .high.chat import ChatCompletion, ChatCompletionChunk
+    from .high.chat_template import ChatTemplate
+    from .high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob
+    from .high.llama import Llama
+    from .high.tool_schema import function_tool
+    from .params import (
+        AttentionType,
+        ContextParams,
+        FlashAttnType,
+        KvCacheType,
+        LlamaParams,
+        ModelParams,
+        NumaStrategy,
+        PoolingType,
+        RopeScalingType,
+        SamplerParams,
+        SplitMode,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llamaplug' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
 
 
 def backends() -> list[BackendStatus]:
     """Every installed backend plugin with its probe verdict (initialises the backend)."""
+    from .blocks.backend import LlamaBackend
+
     return LlamaBackend.init().backends()
 
 

@@ -15,15 +15,12 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .blocks.batch import LlamaBatch
-from .blocks.context import LlamaContext
-from .blocks.model import LlamaModel
-from .blocks.sampling import SamplerChain
-from .high.completion import Completion
-from .high.llama import Llama
-from .params import ContextParams, LlamaParams
+if TYPE_CHECKING:  # imported where used: the CLI builds this command's parser for every command (serve too)
+    from .blocks.model import LlamaModel
+    from .high.completion import Completion
+    from .high.llama import Llama
 
 
 def filler_text(n_words: int) -> str:
@@ -33,6 +30,8 @@ def filler_text(n_words: int) -> str:
 
 
 def complete_greedy(llama: Llama, tokens: list[int], n: int) -> Completion:
+    from .blocks.sampling import SamplerChain
+
     with SamplerChain().greedy() as sampler:
         return llama.create_completion(tokens, max_tokens=n, sampler=sampler)
 
@@ -78,6 +77,11 @@ def batched_rates(model: LlamaModel, prompts: list[list[int]], npl_list: list[in
 
     Each npl runs `inner` times; the fastest generation counts.
     """
+    from .blocks.batch import LlamaBatch
+    from .blocks.context import LlamaContext
+    from .blocks.sampling import SamplerChain
+    from .params import ContextParams
+
     n_seq = max(npl_list)
     with LlamaContext(model, ContextParams(n_ctx=n_ctx, n_seq_max=n_seq, n_threads=n_threads,
                                            n_threads_batch=n_threads)) as ctx:
@@ -121,6 +125,8 @@ def batched_rates(model: LlamaModel, prompts: list[list[int]], npl_list: list[in
 
 def main(args: argparse.Namespace) -> int:
     from .catalog import default_model
+    from .high.llama import Llama
+    from .params import LlamaParams
 
     path = args.model or default_model(None)
     extra: dict[str, Any] = {"n_threads": args.threads, "n_threads_batch": args.threads} if args.threads else {}

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import plugins, raw
+from .. import plugins
 from .._version import GGML_VERSION, LLAMA_CPP_COMMIT
 from ..errors import BackendError, BackendMismatchError, InvalidParameterError, NoBackendError, check_ptr
 from ..params import NumaStrategy, physical_cores
@@ -252,11 +252,6 @@ def _trusted_env_module() -> list[BackendStatus]:
     check_ptr(reg, BackendError, f"ggml could not load GGML_BACKEND_PATH={path}", errors)
     log.warning("loaded %s from GGML_BACKEND_PATH (%s=1)", path, TRUST_ENV)
     return [BackendStatus("GGML_BACKEND_PATH", path, 0, ok=True, loaded=True, reason=f"trusted by {TRUST_ENV}=1")]
-
-
-# The raw layer's llama_backend_init (and the capability calls that would search for modules)
-# register the installed plugins' backends through this, so seed 003's raw flow loads models.
-raw.set_backend_loader(lambda: LlamaBackend.init())
 
 
 def _catch_sigint() -> None:

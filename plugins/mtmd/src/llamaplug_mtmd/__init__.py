@@ -12,34 +12,64 @@ what a projector can take.
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from llamaplug import LlamaModel, LlamaParams
 from llamaplug.plugin_api import hookimpl
 
-from .context import (
-    DEFAULT_MARKER,
-    ChunkType,
-    MtmdBitmap,
-    MtmdContext,
-    MtmdInputChunk,
-    MtmdInputChunks,
-    MtmdInputText,
-    MtmdParams,
-    capabilities,
-)
-from .errors import (
-    InvalidMmprojError,
-    MediaCountError,
-    MediaDecodeError,
-    MediaTooLargeError,
-    MmprojMismatchError,
-    MtmdError,
-    UnsupportedMediaError,
-)
-from .messages import has_media, load_media, prepare_chat, prepare_messages, split_media
-from .projector import MtmdProjector
+# Names are imported when first asked for (PEP 562): the plugin manager imports this package in every process
+# that loads plugins (`llamaplug serve` among them), and its hooks need none of it until a projector is opened.
+_LAZY = {
+    ".context": ("DEFAULT_MARKER", "ChunkType", "MtmdBitmap", "MtmdContext", "MtmdInputChunk", "MtmdInputChunks",
+                 "MtmdInputText", "MtmdParams", "capabilities"),
+    ".errors": ("InvalidMmprojError", "MediaCountError", "MediaDecodeError", "MediaTooLargeError",
+                "MmprojMismatchError", "MtmdError", "UnsupportedMediaError"),
+    ".messages": ("has_media", "load_media", "prepare_chat", "prepare_messages", "split_media"),
+    ".projector": ("MtmdProjector",),
+}
+_HOME = {name: module for module, names in _LAZY.items() for name in names}
+
+if TYPE_CHECKING:
+    from llamaplug import LlamaModel, LlamaParams
+
+    from .context import (
+        DEFAULT_MARKER,
+        ChunkType,
+        MtmdBitmap,
+        MtmdContext,
+        MtmdInputChunk,
+        MtmdInputChunks,
+        MtmdInputText,
+        MtmdParams,
+        capabilities,
+    )
+    from .errors import (
+        InvalidMmprojError,
+        MediaCountError,
+        MediaDecodeError,
+        MediaTooLargeError,
+        MmprojMismatchError,
+        MtmdError,
+        UnsupportedMediaError,
+    )
+    from .messages import has_media, load_media, prepare_chat, prepare_messages, split_media
+    from .projector import MtmdProjector
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llamaplug_mtmd' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))
+
 
 __all__ = [
     "DEFAULT_MARKER", "ChunkType", "InvalidMmprojError", "MediaCountError", "MediaDecodeError", "MediaTooLargeError",
@@ -51,6 +81,8 @@ __all__ = [
 
 def describe(mmproj_path: str | os.PathLike[str]) -> str:
     """One line for `llamaplug info --mmproj FILE`: what the projector can take."""
+    from .context import capabilities
+
     vision, audio = capabilities(mmproj_path)
     return f"vision: {'yes' if vision else 'no'}, audio: {'yes' if audio else 'no'}"
 
@@ -58,6 +90,9 @@ def describe(mmproj_path: str | os.PathLike[str]) -> str:
 @hookimpl
 def llamaplug_open_projector(path: Path, model: LlamaModel, params: LlamaParams) -> MtmdProjector:
     """Every projector file is libmtmd's: one this plugin cannot open is an error naming it, not a pass."""
+    from .context import MtmdContext, MtmdParams
+    from .projector import MtmdProjector
+
     return MtmdProjector(MtmdContext(path, model, MtmdParams(n_threads=params.n_threads or 0)))
 
 
