@@ -275,7 +275,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if importlib.util.find_spec("uvicorn") is None:
             raise ImportError(name="uvicorn")
         from .server.model_specs import spec_for_file, specs_from_dir
-        from .server.registry import ModelRegistry
     except ImportError as exc:
         raise InvalidParameterError(f'`llamaplug serve` needs the server extra: pip install "llamaplug[server]" '
                                     f"({exc.name} is missing)") from None
@@ -320,17 +319,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise InvalidParameterError("--ray serves one model (one -m); several models on Ray are not supported yet",
                                         field="ray")
         return _serve_on_ray(specs[0].params, args)
-    registry = ModelRegistry(specs=specs, max_loaded=args.max_loaded, keep_alive=args.keep_alive,
-                             sleep_idle=args.sleep_idle, max_queue=args.max_queue, chat=chat)
     loading = None
     if len(specs) == 1:  # one model: load it now, so a bad file fails here rather than at the first request
-        from concurrent.futures import ThreadPoolExecutor
+        from .server import preload
 
-        # The load (native code, the GIL released) runs while the web stack imports: /health is ready sooner.
-        # (Off the main thread the core leaves Ctrl-C alone, as uvicorn takes it over anyway.)
-        loader = ThreadPoolExecutor(1, thread_name_prefix="llamaplug-preload")
-        loading = loader.submit(registry.preload, specs[0].id)
-        loader.shutdown(wait=False)
+        # The load (native code, the GIL released) runs while the registry, the routes and the web stack
+        # import: /health is ready sooner. (Off the main thread the core leaves Ctrl-C alone, as uvicorn takes
+        # it over anyway.)
+        loading = preload.start(specs[0].params)
+    from .server.registry import ModelRegistry
+
+    registry = ModelRegistry(specs=specs, max_loaded=args.max_loaded, keep_alive=args.keep_alive,
+                             sleep_idle=args.sleep_idle, max_queue=args.max_queue, chat=chat)
     import copy
 
     import uvicorn
@@ -341,7 +341,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server.listen import serve_on
 
     if loading is not None:
-        llama = loading.result().llama
+        llama = registry.preload(specs[0].id, loading.result()).llama
         print(f"llamaplug serve {specs[0].params.model_path} on http://{args.host}:{args.port} ({args.parallel} "
               f"slots of {llama.engine.n_ctx_seq} tokens)", file=sys.stderr, flush=True)
     else:

@@ -23,12 +23,25 @@ from typing import Any
 
 from ..errors import InvalidParameterError
 from ..params import LlamaParams
-from .registry import ModelSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 (the server extra installs tomli there)
     import tomli as tomllib
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """How to serve one model that the registry loads itself: its API id, its other names, its load parameters."""
+
+    id: str
+    params: LlamaParams
+    aliases: tuple[str, ...] = ()
+    pooling: str | None = None  # for /v1/embeddings (see Served.of)
+    chat_template: str | None = None  # overrides the GGUF's own
+    tags: tuple[str, ...] = ()  # llama-server's --tags: informational, shown in /v1/models
+    named: bool = False  # the id came from -a: /v1/models lists it among the aliases too, as llama-server
+    sampling: dict[str, Any] = dataclasses.field(default_factory=dict)  # SamplerParams fields: requests' defaults
+
 
 CONFIG_NAME = "models.toml"
 

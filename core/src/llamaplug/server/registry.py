@@ -42,6 +42,8 @@ from ..high.requests import chat_job
 from ..params import LlamaParams
 from . import durations
 from .api_error import ApiError
+from .model_specs import ModelSpec
+from .preload import load_warmed
 
 log = logging.getLogger("llamaplug.server.registry")
 
@@ -53,20 +55,6 @@ class ModelState(str, enum.Enum):
     LOADING = "loading"
     LOADED = "loaded"
     SLEEPING = "sleeping"  # unloaded by --sleep-idle; loads again on the next request
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """How to serve one model that the registry loads itself: its API id, its other names, its load parameters."""
-
-    id: str
-    params: LlamaParams
-    aliases: tuple[str, ...] = ()
-    pooling: str | None = None  # for /v1/embeddings (see Served.of)
-    chat_template: str | None = None  # overrides the GGUF's own
-    tags: tuple[str, ...] = ()  # llama-server's --tags: informational, shown in /v1/models
-    named: bool = False  # the id came from -a: /v1/models lists it among the aliases too, as llama-server
-    sampling: dict[str, Any] = dataclasses.field(default_factory=dict)  # SamplerParams fields: requests' defaults
 
 
 @dataclasses.dataclass(eq=False)
@@ -134,12 +122,11 @@ class _Entry:
 def load_warm(params: LlamaParams) -> Llama:
     """Llama.load, then what a fresh model's first requests would pay, paid before it is ready: its warm-up
     decode, and its chat template compiled (jinja2 imported and the template cached, by one chat prompt built)."""
-    llama = Llama.load(params)
-    try:
-        llama.warm_up()
-    except BaseException:
-        llama.close()
-        raise
+    return warm_chat(load_warmed(params))
+
+
+def warm_chat(llama: Llama) -> Llama:
+    """Build one chat prompt, so that jinja2 is imported and the model's template compiled before it serves."""
     try:
         job, _ = chat_job(llama, [{"role": "user", "content": "hi"}], max_tokens=1)
     except LlamaError:  # a template that does not render fails the chat requests themselves, with their error
@@ -329,11 +316,14 @@ class ModelRegistry:
                                 " retry later", "server_error", code="queue_full", headers={"Retry-After": "1"})
 
     # -- loading and unloading ---------------------------------------------------------------------------
-    def preload(self, name: str) -> Served:
-        """Load the model named `name` before serving (no event loop yet): its load errors raise here."""
+    def preload(self, name: str, llama: Llama | None = None) -> Served:
+        """Load the model named `name` before serving (no event loop yet): its load errors raise here.
+
+        `llama`: that model already loaded and warmed up (`llamaplug serve` starts the load before it imports the
+        registry and the web stack); its chat template is compiled here."""
         entry = self._entry(name)
         assert entry.spec is not None and entry.served is None
-        llama = self._loader(entry.spec.params)
+        llama = self._loader(entry.spec.params) if llama is None else warm_chat(llama)
         entry.served = Served(entry.id, llama, entry.spec.pooling or _own_pooling(llama), entry.created,
                               entry.spec.chat_template, self.chat, entry.spec.sampling)
         entry.state = ModelState.LOADED

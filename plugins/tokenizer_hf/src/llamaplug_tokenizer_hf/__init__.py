@@ -12,19 +12,32 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llamaplug
 from llamaplug.plugin_api import Command
 
-from .attached import HFTokenizer, load_tokenizer
+if TYPE_CHECKING:
+    from .attached import HFTokenizer, load_tokenizer
 
 __all__ = ["HFTokenizer", "load_tokenizer", "attach"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported when first asked for: the plugin manager imports this package in every llamaplug process, and
+    # `tokenizers` (3 MiB resident) is needed only by a model given tokenizer="hf:...".
+    if name in ("HFTokenizer", "load_tokenizer"):
+        from . import attached
+
+        return getattr(attached, name)
+    raise AttributeError(f"module 'llamaplug_tokenizer_hf' has no attribute {name!r}")
 
 
 def attach(source: Any, model: Any) -> HFTokenizer | None:
     """The `load` registered as "hf": a path (file or folder) or a tokenizers.Tokenizer; None for anything else."""
     from tokenizers import Tokenizer
+
+    from .attached import HFTokenizer, load_tokenizer
 
     if isinstance(source, Tokenizer):
         tok = HFTokenizer(source, "the tokenizers.Tokenizer")
