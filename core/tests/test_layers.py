@@ -18,7 +18,7 @@ PACKAGE = SRC / "llamaplug"
 # A module's layer, from its path (the first rule that matches). A module may import
 # its own layer and the ones below it.
 LAYERS = [
-    ("llamaplug._version", 0), ("llamaplug._build_info", 0), ("llamaplug.errors", 0),
+    ("llamaplug._version", 0), ("llamaplug._build_info", 0), ("llamaplug._lazy", 0), ("llamaplug.errors", 0),
     ("llamaplug.params", 1), ("llamaplug.raw", 1),
     ("llamaplug.hookspecs", 2), ("llamaplug.plugins", 2), ("llamaplug.probes", 2), ("llamaplug.catalog", 2),
     ("llamaplug.blocks", 3),

@@ -6,12 +6,12 @@ Model, Context, Batch, Sampler), ``llamaplug.high`` (Llama, completions).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from . import raw as _raw
+from ._lazy import lazy_names
 from ._version import GGML_VERSION, LLAMA_CPP_COMMIT, __version__
 from .errors import (
     BackendError,
@@ -56,7 +56,7 @@ _raw.set_backend_loader(_init_backends)
 # The rest is imported when first asked for (PEP 562): `import llamaplug.cli` or a plugin's `from llamaplug import
 # hookimpl` then costs milliseconds, not the half second of pydantic, numpy and every layer, so `llamaplug serve`
 # starts its backend probes and its model load that much sooner.
-_LAZY = {
+__getattr__, __dir__ = lazy_names(__name__, {
     ".params": ("AttentionType", "ContextParams", "FlashAttnType", "KvCacheType", "LlamaParams", "ModelParams",
                 "NumaStrategy", "PoolingType", "RopeScalingType", "SamplerParams", "SplitMode"),
     ".blocks.adapters": ("ControlVector", "LoraAdapter"),
@@ -74,8 +74,7 @@ _LAZY = {
     ".high.completion": ("Completion", "CompletionChunk", "CompletionTimings", "StopReason", "TokenLogprob"),
     ".high.llama": ("Llama",),
     ".high.tool_schema": ("function_tool",),
-}
-_HOME = {name: module for module, names in _LAZY.items() for name in names}
+}, globals())
 
 if TYPE_CHECKING:
     from .blocks.adapters import ControlVector, LoraAdapter
@@ -106,19 +105,6 @@ if TYPE_CHECKING:
         SamplerParams,
         SplitMode,
     )
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'llamaplug' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
 
 
 def backends() -> list[BackendStatus]:

@@ -28,6 +28,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ._lazy import lazy_names
 from .blocks._handle import NativeHandle
 from .blocks._native_log import c_callback as native_log_callback
 from .blocks._native_log import c_sink as native_log_sink
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from .blocks.context import LlamaContext
 
 __all__ = [
-    "Command", "MediaPrompt", "NativeHandle", "Projector", "capture_errors", "hookimpl", "native_error",
+    "Command", "MediaPrompt", "NativeHandle", "Projector", "capture_errors", "hookimpl", "lazy_names", "native_error",
     "native_log_callback", "native_log_sink", "native_reason", "raise_for_status",
 ]
 

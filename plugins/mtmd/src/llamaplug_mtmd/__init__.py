@@ -12,24 +12,22 @@ what a projector can take.
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from llamaplug.plugin_api import hookimpl
+from llamaplug.plugin_api import hookimpl, lazy_names
 
 # Names are imported when first asked for (PEP 562): the plugin manager imports this package in every process
 # that loads plugins (`llamaplug serve` among them), and its hooks need none of it until a projector is opened.
-_LAZY = {
+__getattr__, __dir__ = lazy_names(__name__, {
     ".context": ("DEFAULT_MARKER", "ChunkType", "MtmdBitmap", "MtmdContext", "MtmdInputChunk", "MtmdInputChunks",
                  "MtmdInputText", "MtmdParams", "capabilities"),
     ".errors": ("InvalidMmprojError", "MediaCountError", "MediaDecodeError", "MediaTooLargeError",
                 "MmprojMismatchError", "MtmdError", "UnsupportedMediaError"),
     ".messages": ("has_media", "load_media", "prepare_chat", "prepare_messages", "split_media"),
     ".projector": ("MtmdProjector",),
-}
-_HOME = {name: module for module, names in _LAZY.items() for name in names}
+}, globals())
 
 if TYPE_CHECKING:
     from llamaplug import LlamaModel, LlamaParams
@@ -56,19 +54,6 @@ if TYPE_CHECKING:
     )
     from .messages import has_media, load_media, prepare_chat, prepare_messages, split_media
     from .projector import MtmdProjector
-
-
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'llamaplug_mtmd' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import llamaplug
-from llamaplug.plugin_api import Command
+from llamaplug.plugin_api import Command, lazy_names
 
 if TYPE_CHECKING:
     from .attached import HFTokenizer, load_tokenizer
@@ -23,14 +23,9 @@ if TYPE_CHECKING:
 __all__ = ["HFTokenizer", "load_tokenizer", "attach"]
 
 
-def __getattr__(name: str) -> Any:
-    # Imported when first asked for: the plugin manager imports this package in every llamaplug process, and
-    # `tokenizers` (3 MiB resident) is needed only by a model given tokenizer="hf:...".
-    if name in ("HFTokenizer", "load_tokenizer"):
-        from . import attached
-
-        return getattr(attached, name)
-    raise AttributeError(f"module 'llamaplug_tokenizer_hf' has no attribute {name!r}")
+# Imported when first asked for: the plugin manager imports this package in every llamaplug process, and
+# `tokenizers` (3 MiB resident) is needed only by a model given tokenizer="hf:...".
+__getattr__, __dir__ = lazy_names(__name__, {".attached": ("HFTokenizer", "load_tokenizer")}, globals())
 
 
 def attach(source: Any, model: Any) -> HFTokenizer | None:
