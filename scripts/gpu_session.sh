@@ -18,6 +18,7 @@
 #   bench     bench/run.py --backend cuda against native CUDA llama-bench, per installed model
 #   ray       bench/ray_serve.py on the machine's cores (needs the ray pieces)
 #   all       install, test, bench, ray; logs and results under $OUT
+# LPGPU_TEST_LIMIT (default 200 s) bounds the CPU/GPU subset of the suite (a 2-core machine's dry run needs more).
 # DRY_RUN=1 runs the CPU-only paths on a machine without a GPU or NVIDIA wheels (the kit's CPU side, checked
 # where it is built): no CUDA plugin is required, CPU is expected in `llamaplug info`, the CUDA steps say they skip.
 set -uo pipefail
@@ -116,19 +117,27 @@ phase_install() {
   if [ -z "$DRY" ]; then grep -q "^ *cuda .*loaded" "$OUT/info.txt" || { echo "install: CUDA is not loaded"; return 1; }; fi
 }
 
+# bounded SECONDS LOG CMD...: CMD with a time limit, its output in LOG and its tail on stdout; a run the limit cut
+# short says so in both (a log of dots with no summary line reads like a pass otherwise).
+bounded() {
+  local limit=$1 log=$2; shift 2
+  timeout "$limit" "$@" > "$log" 2>&1; local rc=$?
+  [ $rc -eq 124 ] && echo "TIMED OUT after $limit s: $*" >> "$log"
+  tail -8 "$log"; return $rc
+}
+
 phase_test() {
   preload_libstdcxx; mkdir -p "$OUT"; cd "$REPO"
   if [ -z "$DRY" ]; then
-    LLAMAPLUG_BACKENDS=cuda timeout 240 $PY -m pytest -q -p no:cacheprovider plugins/backend_cuda/tests \
-        > "$OUT/test_cuda.txt" 2>&1; tail -8 "$OUT/test_cuda.txt"
+    bounded 240 "$OUT/test_cuda.txt" env LLAMAPLUG_BACKENDS=cuda $PY -m pytest -q -p no:cacheprovider \
+        plugins/backend_cuda/tests
     # Greedy text against llama.cpp's own CUDA build (the numerics reference on a GPU is native CUDA, not our CPU).
-    LLAMAPLUG_NATIVE_TOOLS=$NATIVE LD_LIBRARY_PATH=$(nvidia_libs) timeout 180 $PY -m pytest -q -p no:cacheprovider \
-        tests/test_greedy_native.py > "$OUT/test_greedy_cuda.txt" 2>&1; tail -8 "$OUT/test_greedy_cuda.txt"
+    bounded 180 "$OUT/test_greedy_cuda.txt" env LLAMAPLUG_NATIVE_TOOLS=$NATIVE LD_LIBRARY_PATH=$(nvidia_libs) \
+        $PY -m pytest -q -p no:cacheprovider tests/test_greedy_native.py
   else echo "test: DRY_RUN, the CUDA tests and the native CUDA comparison skip"; fi
   # With the CUDA plugin installed every Llama here runs on the GPU (layers placed by n_gpu_layers="auto").
-  timeout 200 $PY -m pytest -q -p no:cacheprovider -x tests/test_completion.py tests/test_batch.py \
-      tests/test_offload.py tests/test_samplers.py > "$OUT/test_rest.txt" 2>&1
-  tail -8 "$OUT/test_rest.txt"
+  bounded "${LPGPU_TEST_LIMIT:-200}" "$OUT/test_rest.txt" $PY -m pytest -q -p no:cacheprovider -x \
+      tests/test_completion.py tests/test_batch.py tests/test_offload.py tests/test_samplers.py
 }
 
 phase_bench() {
