@@ -24,7 +24,9 @@ def test_seed001_llama_load_and_create_completion(smollm2_path):
     llama = lp.Llama.load(lp.LlamaParams(smollm2_path).with_n_ctx(2048).with_n_gpu_layers(99))
     resp = llama.create_completion("Hello", 32)
     assert isinstance(resp.text, str) and 0 < len(resp.tokens) <= 32
-    assert resp.stop_reason in lp.StopReason and resp.timings.predicted_tokens == len(resp.tokens)
+    assert resp.stop_reason in lp.StopReason
+    # every token sampled is counted, the end-of-generation one too (which the text and `tokens` leave out)
+    assert resp.timings.predicted_tokens == len(resp.tokens) + (resp.stop_reason is lp.StopReason.EOS)
     llama.close()
 
 

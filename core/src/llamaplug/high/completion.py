@@ -38,7 +38,7 @@ class TokenLogprob:
 class CompletionTimings:
     prompt_tokens: int
     prompt_ms: float
-    predicted_tokens: int
+    predicted_tokens: int  # tokens sampled, an end-of-generation one too (llama.cpp's n_decoded; not in `tokens`)
     predicted_ms: float
     cached_tokens: int = 0  # prompt tokens found in the KV cache (a slot's earlier request), not decoded again
     drafted_tokens: int = 0  # speculative decoding: tokens a drafter guessed and the model checked

@@ -367,8 +367,9 @@ class Engine:
             self._release(slot)
             self._end(job, out.error)
             return None
-        if out.chunk is not None:
+        if out.token is not None:  # sampled, the end-of-generation token too (llama-server's n_decoded)
             self.stats.generated_tokens += 1
+        if out.chunk is not None:
             self._emit(job, out.chunk)
         if out.reason is not None:
             self._finish(slot, out.reason)

@@ -171,9 +171,9 @@ class Slot:
         job = self.job
         assert job is not None
         model = self._ctx.model
+        job.produced += 1  # every token sampled, the end-of-generation one too (llama.cpp's n_decoded)
         if model.token_is_eog(token):
             return "", StopReason.EOS
-        job.produced += 1
         assembler = job.text
         text = assembler.feed(model.token_to_piece(token, token in job.render_special))
         if assembler.stopped:

@@ -84,7 +84,7 @@ async def chat(body: ChatRequest, request: Request,
             choice.logprobs = {"content": [token_entry(llama.model, lp) for lp in completion.logprobs or []]}
         choices.append(choice)
     usage = replies[0].usage
-    n_out = sum(len(c.tokens) for c in done)  # as OpenAI: every choice's tokens
+    n_out = sum(c.timings.predicted_tokens for c in done)  # every choice's, each with its end token (llama-server)
     usage = usage.model_copy(update={"completion_tokens": n_out, "total_tokens": usage.prompt_tokens + n_out})
     reply = ChatReply(**{**replies[0].model_dump(), "choices": choices, "usage": usage},
                       timings=timings(done[0].timings))

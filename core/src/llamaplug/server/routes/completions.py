@@ -35,7 +35,8 @@ async def completions(body: CompletionRequest, request: Request,
     prompts = _prompts(body.prompt)
     limit = token_limit(request, body.max_tokens)
     sampling = body.sampling(llama.params.seed, served.sampling)
-    jobs = await off_loop(lambda: completion_jobs(llama, prompts, limit, sampling, body.stop, body.logprobs, False,
+    # special tokens in the text are parsed, as llama-server's tokenize_input_prompts does (and /completion here)
+    jobs = await off_loop(lambda: completion_jobs(llama, prompts, limit, sampling, body.stop, body.logprobs, True,
                                                   body.response_format))
     ident = f"cmpl-{uuid.uuid4().hex[:24]}"
     # llama-server's debug field: each result as /completion would write it
@@ -49,7 +50,7 @@ async def completions(body: CompletionRequest, request: Request,
         choices=[CompletionChoice(index=i, text=c.text, finish_reason=_finish(c),
                                   logprobs=_logprobs(c, served) if body.logprobs is not None else None)
                  for i, c in enumerate(done)],
-        usage=_usage(sum(len(c.prompt_tokens) for c in done), sum(len(c.tokens) for c in done)))
+        usage=_usage(sum(len(c.prompt_tokens) for c in done), sum(c.timings.predicted_tokens for c in done)))
     if settings is None:
         return reply
     # (llama-server answers one prompt per request there: the first result)
@@ -64,10 +65,8 @@ def _prompt_text(served: Served, job: Job) -> str:
 async def _events(served: Served, jobs: list[Job], ident: str, include_usage: bool = False,
                   settings: dict[str, Any] | None = None) -> AsyncIterator[str]:
     created = int(time.time())
-    n_out = 0
     kept: list[list[CompletionChunk]] = [[] for _ in jobs]  # each job's pieces, for __verbose (settings given)
     async for i, chunk in astream(served.llama.engine, jobs):
-        n_out += len(chunk.tokens)
         if settings is not None:
             kept[i].append(chunk)
         if not chunk.text and chunk.stop_reason is None:
@@ -83,7 +82,8 @@ async def _events(served: Served, jobs: list[Job], ident: str, include_usage: bo
         yield text
     if include_usage:  # OpenAI's stream_options: one more chunk, no choices, the usage
         yield TextCompletion(id=ident, created=created, model=served.id, choices=[],
-                             usage=_usage(sum(len(job.prompt) for job in jobs), n_out)).model_dump_json()
+                             usage=_usage(sum(len(job.prompt) for job in jobs), sum(job.produced for job in jobs))
+                             ).model_dump_json()
 
 
 def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:

@@ -82,7 +82,7 @@ async def messages(body: MessagesRequest, request: Request,
     content += [ToolUseOut(id=_tool_id(c.id), name=c.function.name, input=_tool_input(c.function.arguments))
                 for c in reply.tool_calls or []]
     return MessageResponse(id=ident, model=served.id, content=content, stop_reason=reason, stop_sequence=sequence,
-                           usage=_usage(done.timings, len(done.tokens)))
+                           usage=_usage(done.timings))
 
 
 @router.post("/v1/messages/count_tokens", response_model=TokenCount,
@@ -206,9 +206,11 @@ def _stop(finish: str | None, reason: StopReason | None, matched: str | None) ->
     return "end_turn", None
 
 
-def _usage(timings: CompletionTimings, n_out: int) -> MessageUsage:
-    """Anthropic's usage: input_tokens are the prompt tokens decoded, cache_read_input_tokens those reused."""
-    return MessageUsage(input_tokens=timings.prompt_tokens - timings.cached_tokens, output_tokens=n_out,
+def _usage(timings: CompletionTimings) -> MessageUsage:
+    """Anthropic's usage: input_tokens are the prompt tokens decoded, cache_read_input_tokens those reused,
+    output_tokens those sampled (the end-of-generation token too, as llama-server counts them)."""
+    return MessageUsage(input_tokens=timings.prompt_tokens - timings.cached_tokens,
+                        output_tokens=timings.predicted_tokens,
                         cache_read_input_tokens=timings.cached_tokens)
 
 
@@ -265,11 +267,9 @@ async def _events(served: Served, job: Job, plan: ChatPlan, ident: str) -> Async
     yield _event({"type": "ping"})
     stream = ChatStream(served.id, plan)
     blocks = _Blocks()
-    tokens: list[int] = []
     last: CompletionChunk | None = None
     finish: str | None = None
     async for piece in achunks(served.llama.engine, job):
-        tokens += piece.tokens
         last = piece
         for out in stream.feed(piece):
             finish = out.choices[0].finish_reason or finish
@@ -280,5 +280,5 @@ async def _events(served: Served, job: Job, plan: ChatPlan, ident: str) -> Async
     assert last is not None and last.timings is not None  # achunks ends with the final chunk
     reason, sequence = _stop(finish, last.stop_reason, last.stop_string)
     yield _event({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                  "usage": _usage(last.timings, len(tokens)).model_dump()})
+                  "usage": _usage(last.timings).model_dump()})
     yield _event({"type": "message_stop"})

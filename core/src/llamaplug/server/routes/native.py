@@ -119,11 +119,11 @@ def result(served: Served, index: int, done: Completion, prompt: str, settings: 
                                      for lp in done.logprobs]}
     n_prompt = done.timings.prompt_tokens  # (media positions included)
     return {**probs, "index": index, "content": done.text, "tokens": done.tokens if return_tokens else [],
-            "id_slot": -1, "stop": True, "model": served.id, "tokens_predicted": len(done.tokens),
+            "id_slot": -1, "stop": True, "model": served.id, "tokens_predicted": done.timings.predicted_tokens,
             "tokens_evaluated": n_prompt, "generation_settings": settings, "prompt": prompt,
             "has_new_line": "\n" in done.text, "truncated": False, "stop_type": _STOP_TYPES[reason],
-            # tokens_cached is llama-server's n_past: the last generated token is not decoded
-            "stopping_word": word, "tokens_cached": n_prompt + max(0, len(done.tokens) - 1),
+            # tokens_cached is llama-server's n_past: the last token sampled is not decoded
+            "stopping_word": word, "tokens_cached": n_prompt + max(0, done.timings.predicted_tokens - 1),
             "timings": timings(done.timings)}
 
 

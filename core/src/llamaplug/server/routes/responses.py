@@ -83,7 +83,8 @@ async def responses(body: ResponsesRequest, request: Request,
     if choice.message.content:
         items.append(reply.message(choice.message.content, "incomplete" if incomplete else "completed"))
     items += [reply.call(c, "completed") for c in choice.message.tool_calls or []]
-    return reply.response(items, incomplete, done.timings.prompt_tokens, len(done.tokens), done.timings.cached_tokens)
+    t = done.timings
+    return reply.response(items, incomplete, t.prompt_tokens, t.predicted_tokens, t.cached_tokens)
 
 
 @router.post("/v1/responses/input_tokens", response_model=InputTokens, responses=ERROR_RESPONSES)
@@ -277,7 +278,6 @@ async def _events(served: Served, reply: _Reply, job: Job, plan: ChatPlan) -> As
     yield reply.event("response.in_progress", response=reply.response(None))
     stream = ChatStream(reply.model, plan)
     items = _Items(reply)
-    tokens = 0
     body, read = reply.body, False
     async for piece in achunks(served.llama.engine, job):
         if body.return_progress and not read:  # llama-server's: the prompt read, said by an in_progress event
@@ -285,7 +285,6 @@ async def _events(served: Served, reply: _Reply, job: Job, plan: ChatPlan) -> As
             yield reply.event("response.in_progress", response=reply.response(None), **extra,
                               prompt_progress=progress(job))
         read = True
-        tokens += len(piece.tokens)
         for out in stream.feed(piece):
             choice = out.choices[0]
             events = items.feed(choice.delta)
@@ -301,7 +300,8 @@ async def _events(served: Served, reply: _Reply, job: Job, plan: ChatPlan) -> As
                 for event in items.close("incomplete" if incomplete else "completed"):
                     yield event
                 assert piece.timings is not None  # the final chunk carries them
-                final = reply.response(items.items, incomplete, piece.timings.prompt_tokens, tokens,
+                final = reply.response(items.items, incomplete, piece.timings.prompt_tokens,
+                                       piece.timings.predicted_tokens,
                                        piece.timings.cached_tokens)
                 # llama-server's telemetry: the last event carries its `timings`
                 yield reply.event("response.incomplete" if incomplete else "response.completed", response=final,
