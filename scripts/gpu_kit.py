@@ -4,7 +4,7 @@
 The device machine reaches no registry, and its time (15 minutes a task, start and idle included) is
 too dear to compile there. So the kit holds, under .gpu/ (ignored by git):
 
-  wheels/   the core and CPU plugin wheels of `make dist` (every x86 variant: the device's CPU is not this
+  wheels/   the core, CPU and RPC plugin wheels of `make dist` (every x86 variant: the device's CPU is not this
             one) and the CUDA plugin wheel for sm_90 only (H100 and H200), repaired like the release ones
   deps/     the cp312 wheels the device's Python (3.12) needs that its image lacks: the server and ray
             extras' dependencies, openai and gguf for the tests and benchmarks (pip download)
@@ -66,7 +66,8 @@ def ours(dist: Path, name: str) -> Path:
 def wheels(stage: Path, dist: Path, skip_cuda: bool) -> None:
     out = stage / "wheels"
     out.mkdir(parents=True)
-    for name in ("llamaplug", "llamaplug_backend_cpu"):
+    # RPC: the CPU subset's n_gpu_layers="auto" test places layers on a loopback RPC device (tests/test_offload.py)
+    for name in ("llamaplug", "llamaplug_backend_cpu", "llamaplug_backend_rpc"):
         shutil.copy2(ours(dist, name), out)
     if skip_cuda:
         log("CUDA plugin wheel: skipped (--skip-cuda)")

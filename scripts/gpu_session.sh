@@ -96,7 +96,7 @@ phase_install() {
   host=$($PYTHON -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   # NVIDIA's runtime wheels as pip would have installed them (the image has them; the registry is out of reach).
   for d in "$host"/nvidia "$host"/nvidia_cublas-* "$host"/nvidia_cuda_runtime-*; do [ -e "$d" ] && ln -s "$d" "$site/"; done
-  wanted="llamaplug[server] llamaplug-backend-cpu pytest openai gguf"
+  wanted="llamaplug[server] llamaplug-backend-cpu llamaplug-backend-rpc pytest openai gguf"
   if ls "$KIT"/wheels/llamaplug_backend_cuda-*.whl >/dev/null 2>&1; then wanted="$wanted llamaplug-backend-cuda"
   elif [ -z "$DRY" ]; then echo "install: the kit has no CUDA plugin wheel (built with --skip-cuda?)"; return 1; fi
   local t0=$(date +%s)
