@@ -52,6 +52,10 @@ def _body(both: dict[str, dict[str, Any]], name: str) -> tuple[Any, Any]:
     return theirs, ours
 
 
+def _event(events: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    return next(e for e in events if e.get("type") == kind)
+
+
 def test_chat_counts_the_end_token(both):
     theirs, ours = _body(both, "chat")
     assert theirs["choices"][0]["finish_reason"] == "stop"
@@ -87,11 +91,8 @@ def test_messages_count_the_end_token(both):
     assert theirs["stop_reason"] == "end_turn"
     assert ours["usage"]["output_tokens"] == theirs["usage"]["output_tokens"]
     theirs, ours = _body(both, "messages_stream")
-
-    def delta(events: list[dict[str, Any]]) -> dict[str, Any]:
-        return next(e for e in events if e.get("type") == "message_delta")["usage"]
-
-    assert delta(ours)["output_tokens"] == delta(theirs)["output_tokens"]
+    assert _event(ours, "message_delta")["usage"]["output_tokens"] == \
+        _event(theirs, "message_delta")["usage"]["output_tokens"]
 
 
 def test_responses_count_the_end_token(both):
@@ -99,8 +100,5 @@ def test_responses_count_the_end_token(both):
     assert theirs["status"] == "completed"
     assert ours["usage"]["output_tokens"] == theirs["usage"]["output_tokens"]
     theirs, ours = _body(both, "responses_stream")
-
-    def completed(events: list[dict[str, Any]]) -> dict[str, Any]:
-        return next(e for e in events if e.get("type") == "response.completed")["response"]["usage"]
-
-    assert completed(ours)["output_tokens"] == completed(theirs)["output_tokens"]
+    assert _event(ours, "response.completed")["response"]["usage"]["output_tokens"] == \
+        _event(theirs, "response.completed")["response"]["usage"]["output_tokens"]
