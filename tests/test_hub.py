@@ -151,9 +151,10 @@ def fake_hub(repos):
     server.server.shutdown()
 
 
-@pytest.fixture(scope="module")
-def hub_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("hf") / "hub"
+@pytest.fixture
+def hub_cache(tmp_path) -> Path:
+    """A cache of the test's own: what a test finds downloaded is what it downloaded (any order of tests)."""
+    return tmp_path / "hf" / "hub"
 
 
 @pytest.fixture
