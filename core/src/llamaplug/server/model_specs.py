@@ -29,6 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 (the server extra installs tomli there)
     import tomli as tomllib
 
+
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """How to serve one model that the registry loads itself: its API id, its other names, its load parameters."""

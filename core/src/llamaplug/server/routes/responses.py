@@ -21,6 +21,7 @@ from fastapi import Depends, Request
 
 from ...errors import LlamaError
 from ...high.chat import ChatPlan, ChatStream, as_chat
+from ...high.completion import CompletionTimings
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
 from ...high.requests import chat_job, collect
@@ -83,8 +84,7 @@ async def responses(body: ResponsesRequest, request: Request,
     if choice.message.content:
         items.append(reply.message(choice.message.content, "incomplete" if incomplete else "completed"))
     items += [reply.call(c, "completed") for c in choice.message.tool_calls or []]
-    t = done.timings
-    return reply.response(items, incomplete, t.prompt_tokens, t.predicted_tokens, t.cached_tokens)
+    return reply.response(items, incomplete, done.timings)
 
 
 @router.post("/v1/responses/input_tokens", response_model=InputTokens, responses=ERROR_RESPONSES)
@@ -168,12 +168,13 @@ class _Reply:
                                arguments=call.function.arguments, status=status)  # type: ignore[arg-type]
 
     def response(self, items: list[ReasoningOut | OutputMessage | FunctionCallOut] | None, incomplete: bool = False,
-                 n_prompt: int = 0, n_out: int = 0, n_cached: int = 0) -> ResponseObject:
-        """The response object; `items` None: still running (no usage yet)."""
+                 done: CompletionTimings | None = None) -> ResponseObject:
+        """The response object; `items` None: still running (no usage yet). `done`: the finished reply's timings,
+        whose counts are the usage (output tokens: every token sampled, as llama-server counts them)."""
         body = self.body
-        usage = None if items is None else ResponseUsage(
-            input_tokens=n_prompt, input_tokens_details=InputTokensDetails(cached_tokens=n_cached),
-            output_tokens=n_out, total_tokens=n_prompt + n_out)
+        usage = None if items is None or done is None else ResponseUsage(
+            input_tokens=done.prompt_tokens, input_tokens_details=InputTokensDetails(cached_tokens=done.cached_tokens),
+            output_tokens=done.predicted_tokens, total_tokens=done.prompt_tokens + done.predicted_tokens)
         status = "in_progress" if items is None else "incomplete" if incomplete else "completed"
         choice = body.tool_choice
         return ResponseObject(
@@ -300,9 +301,7 @@ async def _events(served: Served, reply: _Reply, job: Job, plan: ChatPlan) -> As
                 for event in items.close("incomplete" if incomplete else "completed"):
                     yield event
                 assert piece.timings is not None  # the final chunk carries them
-                final = reply.response(items.items, incomplete, piece.timings.prompt_tokens,
-                                       piece.timings.predicted_tokens,
-                                       piece.timings.cached_tokens)
+                final = reply.response(items.items, incomplete, piece.timings)
                 # llama-server's telemetry: the last event carries its `timings`
                 yield reply.event("response.incomplete" if incomplete else "response.completed", response=final,
                                   timings=timings(piece.timings))
