@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..high.chat import ChatSettings
 from ..high.llama import Llama
-from . import dialects, request_body
+from . import dialects, error_docs, request_body
 from .cors import Cors
 from .errors import ApiError
 from .metrics import Metrics
@@ -84,6 +84,7 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     for router in ROUTERS:
         app.include_router(router)
     dialects.install(app, ROUTERS)
+    error_docs.install(app)
 
     return app
 

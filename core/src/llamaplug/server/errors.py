@@ -17,10 +17,11 @@ from starlette.exceptions import HTTPException
 
 from ..errors import BackendError, ClosedError, ContextOverflowError, DecodeError, LlamaError, ModelNotFoundError
 from .api_error import ApiError
+from .error_docs import error_responses
 from .schemas import ErrorBody
 
 # For a route's `responses=`: the statuses its errors may have, in the OpenAPI document.
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 404, 500, 503)}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = error_responses(ErrorBody, (400, 401, 404, 500, 503))
 
 # The LlamaErrors that are not the client's fault, by class (the nearest in an error's MRO): (status, OpenAI's
 # error "type", code). Any other LlamaError is a bad request: 400, naming its field.

@@ -45,6 +45,7 @@ from ..anthropic_schemas import (
 )
 from ..deps import served_model
 from ..dialects import ANTHROPIC
+from ..error_docs import error_responses
 from ..errors import ApiError
 from ..registry import Served
 from ..schemas import ChatRequest
@@ -54,7 +55,7 @@ router = ANTHROPIC.router()
 
 
 @router.post("/v1/messages", response_model=MessageResponse,
-             responses={code: {"model": ErrorBody} for code in (400, 401, 404, 500, 503)})
+             responses=error_responses(ErrorBody, (400, 401, 404, 500, 503)))
 async def messages(body: MessagesRequest, request: Request,
                    served: Annotated[Served, Depends(served_model(MessagesRequest))]) -> Any:
     llama = served.llama
@@ -86,7 +87,7 @@ async def messages(body: MessagesRequest, request: Request,
 
 
 @router.post("/v1/messages/count_tokens", response_model=TokenCount,
-             responses={code: {"model": ErrorBody} for code in (400, 401, 404, 503)})
+             responses=error_responses(ErrorBody, (400, 401, 404, 503)))
 async def count_tokens(body: CountTokensRequest,
                        served: Annotated[Served, Depends(served_model(CountTokensRequest))]) -> TokenCount:
     """The prompt's tokens, as the chat path renders it (llama-server's count: no generation, no context check)."""
