@@ -14,8 +14,6 @@ import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +148,9 @@ def server_url(host: str | None) -> str:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
+    import urllib.error  # here: 40 ms of imports (http, email) that every other command's start would pay
+    import urllib.request
+
     url = server_url(args.host) + "/api/ps"
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:

@@ -5,61 +5,39 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from llamaplug import hookimpl
 
-
-class Ban:
-    """Sets the logits of `tokens` to -inf: llama.cpp's later samplers never pick them."""
-
-    def __init__(self, tokens):
-        self.tokens = np.asarray(sorted(set(tokens)), dtype=np.int32)
-
-    def apply(self, candidates):
-        candidates.logits[np.isin(candidates.ids, self.tokens)] = -np.inf
+# The plugin's package is imported whenever the plugins load (every `llamaplug` command does): the factories
+# import the samplers and numpy only when a chain asks for one.
 
 
-class Argmax:
-    """Picks the most likely candidate itself (so no dist is appended after it)."""
+def ban(tokens):
+    from .samplers import Ban
 
-    selects = True
-
-    def __init__(self):
-        self.accepted = []
-
-    def apply(self, candidates):
-        candidates.selected = int(np.argmax(candidates.logits))
-
-    def accept(self, token):
-        self.accepted.append(token)
-
-    def reset(self):
-        self.accepted.clear()
+    return Ban(tokens)
 
 
-class Noop:
-    """Leaves the candidates alone: the cost of a Python sampler in the chain, for the bench."""
+def argmax():
+    from .samplers import Argmax
 
-    def apply(self, candidates):
-        pass
+    return Argmax()
 
 
-class Explode:
-    """Raises in apply for its first `times` calls, then does nothing."""
+def noop():
+    from .samplers import Noop
 
-    def __init__(self, times=1):
-        self.left = times
+    return Noop()
 
-    def apply(self, candidates):
-        if self.left > 0:
-            self.left -= 1
-            raise RuntimeError("the example sampler exploded on purpose")
+
+def explode(times=1):
+    from .samplers import Explode
+
+    return Explode(times)
 
 
 @hookimpl
 def llamaplug_register_samplers(register):
-    register("ban", Ban)
-    register("argmax", Argmax)
-    register("noop", Noop)
-    register("explode", Explode)
+    register("ban", ban)
+    register("argmax", argmax)
+    register("noop", noop)
+    register("explode", explode)
