@@ -200,6 +200,34 @@ def _read_header(p: Path, size: int, n_tensors: int, n_kv: int
             buf.close()
 
 
+def _strings(buf: Any, pos: int, end: int, count: int, keep: bool) -> tuple[list[bytes] | None, int]:
+    """A string array's items (None unless `keep`) and the position after it; _Malformed where gguf.cpp would
+    refuse it. The loop of every load (a vocabulary: 50k to 250k strings), so it does no more than it must:
+    reading past the end is struct.error (malformed too), and a length that runs past the end is seen once,
+    after the loop, where the position has passed the end."""
+    unpack = _U64.unpack_from
+    limit = GGUF_MAX_STRING_LENGTH
+    if not keep:
+        for _ in range(count):
+            n = unpack(buf, pos)[0]
+            if n > limit:
+                raise _Malformed
+            pos += 8 + n
+    else:
+        items: list[bytes] = []
+        append = items.append
+        for _ in range(count):
+            n = unpack(buf, pos)[0]
+            if n > limit:
+                raise _Malformed
+            at = pos + 8
+            pos = at + n
+            append(buf[at:pos])
+    if pos > end:
+        raise _Malformed
+    return (items if keep else None), pos
+
+
 def _parse(buf: Any, size: int, n_tensors: int, n_kv: int, *, keep_array: int = _KEEP_ARRAY,
            keep_strings: bool = False) -> tuple[dict[bytes, tuple[int, Any]], list[_Tensor], int]:
     """The key/values, the tensor infos and the data offset; _Malformed where gguf.cpp would refuse.
@@ -240,18 +268,7 @@ def _parse(buf: Any, size: int, n_tensors: int, n_kv: int, *, keep_array: int = 
                 if count * 8 > end - pos:
                     raise _Malformed
                 keep = key in _KEEP_STRINGS or (keep_strings and count <= keep_array)
-                items: list[bytes] | None = [] if keep else None
-                unpack = _U64.unpack_from
-                for _ in range(count):
-                    if pos + 8 > end:
-                        raise _Malformed
-                    n = unpack(buf, pos)[0]
-                    pos += 8
-                    if n > GGUF_MAX_STRING_LENGTH or n > end - pos:
-                        raise _Malformed
-                    if items is not None:
-                        items.append(buf[pos:pos + n])
-                    pos += n
+                items, pos = _strings(buf, pos, end, count, keep)
                 kvs[key] = (T_ARR, _Array(elem, count, items))
             elif elem in _SCALARS:
                 s = _SCALARS[elem]
@@ -404,7 +421,9 @@ def _check_vocabulary(kvs: dict[bytes, tuple[int, Any]], refuse: Any) -> ByteGap
         return None  # missing or mistyped: llama.cpp refuses it
     if kvs.get(b"tokenizer.ggml.model") in ((T_STR, b"none"), (T_STR, b"no_vocab")):
         return None  # llama.cpp does not read the tokens then
-    texts = [t.split(b"\0", 1)[0] or b"[EMPTY_%d]" % i for i, t in enumerate(tokens.items)]
+    texts = tokens.items
+    if not all(texts) or b"\0" in b"".join(texts):  # rare: spare every load the per-token rewrite
+        texts = [t.split(b"\0", 1)[0] or b"[EMPTY_%d]" % i for i, t in enumerate(texts)]
     if len(set(texts)) != len(texts):
         seen: dict[bytes, int] = {}
         for i, t in enumerate(texts):
