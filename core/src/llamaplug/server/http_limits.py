@@ -16,10 +16,14 @@ from typing import Any
 
 
 def uvicorn_options(max_header: int) -> dict[str, Any]:
-    """uvicorn.run's keyword arguments that cap a request's header section at `max_header` bytes."""
+    """uvicorn.run's keyword arguments that cap a request's header section at `max_header` bytes.
+
+    Also ws="none": no route takes a WebSocket, and uvicorn's default would import a WebSocket library
+    (20 ms of every start) to answer upgrades with a refusal that plain HTTP gives as well.
+    """
     if importlib.util.find_spec("httptools") is None:
-        return {"http": "h11", "h11_max_incomplete_event_size": max_header}
-    return {"http": _httptools_protocol(max_header)}
+        return {"http": "h11", "h11_max_incomplete_event_size": max_header, "ws": "none"}
+    return {"http": _httptools_protocol(max_header), "ws": "none"}
 
 
 def header_too_large(max_header: int) -> bytes:
