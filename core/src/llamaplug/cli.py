@@ -719,9 +719,10 @@ def _add_plugin_commands(sub: argparse._SubParsersAction, groups: dict[str, argp
 
 
 def _started() -> None:
-    """The end of a command's start: the collector runs again (see main), over the objects made since."""
+    """The end of serve's start: the collector runs again (see main), and never scans what the start made (the
+    modules, the classes, the loaded model: a server's, they live for good)."""
     if not gc.isenabled():
-        gc.freeze()  # the modules, classes and the loaded model's objects: live for good, never worth a scan
+        gc.freeze()
         gc.enable()
 
 
@@ -730,12 +731,14 @@ def main(argv: list[str] | None = None) -> int:
 
     # A start (the plugins, the imports, a server's routes) allocates enough for ~200 collections, 0.1 s
     # of `serve`'s 1 s to ready, that find next to nothing to free: the collector waits until it is done.
+    collecting = gc.isenabled()  # main() may be called in a process that chose otherwise
     gc.disable()
     try:
         args = parser().parse_args(argv)
     finally:
-        _started()
-    if args.func is cmd_serve:
+        if collecting:
+            gc.enable()
+    if collecting and args.func is cmd_serve:
         gc.disable()  # cmd_serve calls _started() once its app is built
     level = getattr(args, "log", None) or os.environ.get("LLAMAPLUG_LOG")
     if level and level != "none":  # the CLI owns the terminal: show what the library logs
@@ -754,7 +757,8 @@ def main(argv: list[str] | None = None) -> int:
         _os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout at exit: into nowhere, not the closed pipe
         return 141
     finally:
-        _started()  # a serve that failed before its app was built
+        if collecting:
+            gc.enable()  # a serve that failed before its app was built
 
 
 if __name__ == "__main__":
