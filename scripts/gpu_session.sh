@@ -97,12 +97,21 @@ phase_install() {
   # NVIDIA's runtime wheels as pip would have installed them (the image has them; the registry is out of reach).
   for d in "$host"/nvidia "$host"/nvidia_cublas-* "$host"/nvidia_cuda_runtime-*; do [ -e "$d" ] && ln -s "$d" "$site/"; done
   wanted="llamaplug[server] llamaplug-backend-cpu llamaplug-backend-rpc pytest openai gguf"
-  if ls "$KIT"/wheels/llamaplug_backend_cuda-*.whl >/dev/null 2>&1; then wanted="$wanted llamaplug-backend-cuda"
+  local cuda_alone=""
+  if ls "$KIT"/wheels/llamaplug_backend_cuda-*.whl >/dev/null 2>&1; then
+    if [ -n "$DRY" ] && ! ls -d "$host"/nvidia_cuda_runtime-* >/dev/null 2>&1; then
+      cuda_alone=1  # a dry run where no NVIDIA wheels are installed: the plugin alone, its probe then says no driver
+    else wanted="$wanted llamaplug-backend-cuda"; fi
   elif [ -z "$DRY" ]; then echo "install: the kit has no CUDA plugin wheel (built with --skip-cuda?)"; return 1; fi
   local t0=$(date +%s)
   # Plain pip: names resolved from the carried folders alone.
   $PY -m pip install -q --no-index --find-links "$KIT/wheels" --find-links "$KIT/deps" $wanted \
       > "$OUT/install.log" 2>&1 || { tail -20 "$OUT/install.log"; return 1; }
+  if [ -n "$cuda_alone" ]; then
+    $PY -m pip install -q --no-index --no-deps "$KIT"/wheels/llamaplug_backend_cuda-*.whl >> "$OUT/install.log" 2>&1 \
+        || { tail -20 "$OUT/install.log"; return 1; }
+    wanted="$wanted llamaplug-backend-cuda(--no-deps)"
+  fi
   echo "install: $wanted in $(( $(date +%s) - t0 )) s"
   if ls "$KIT"/deps-ray/*.whl >/dev/null 2>&1; then
     $PY -m pip install -q --no-index --find-links "$KIT/wheels" --find-links "$KIT/deps" --find-links "$KIT/deps-ray" \
