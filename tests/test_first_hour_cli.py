@@ -241,6 +241,7 @@ def test_the_collector_runs_again_after_a_command_and_after_a_failed_serve(tmp_p
     that freed next to nothing); it is on again when the command is done, a serve that failed included."""
     import gc
 
+    from llamaplug import cli
     from llamaplug.cli import main
 
     assert gc.isenabled()
@@ -251,6 +252,10 @@ def test_the_collector_runs_again_after_a_command_and_after_a_failed_serve(tmp_p
     gc.disable()  # a process that chose to run without it keeps its choice
     try:
         assert main(["inspect", str(tmp_path / "missing.gguf")]) == 1
+        assert not gc.isenabled()
+        assert main(["serve", "-m", str(tmp_path / "missing.gguf"), "--port", "0"]) == 1
+        assert not gc.isenabled()
+        cli._started()  # the end of a serve's start turns on only what main() itself held off
         assert not gc.isenabled()
     finally:
         gc.enable()

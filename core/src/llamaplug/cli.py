@@ -718,15 +718,22 @@ def _add_plugin_commands(sub: argparse._SubParsersAction, groups: dict[str, argp
         parser.set_defaults(func=command.run)
 
 
+# Whether main() holds the collector off until serve's app is built (not where the process had it off already).
+_held_for_serve = False
+
+
 def _started() -> None:
     """The end of serve's start: the collector runs again (see main), and never scans what the start made (the
     modules, the classes, the loaded model: a server's, they live for good)."""
-    if not gc.isenabled():
+    global _held_for_serve
+    if _held_for_serve:
+        _held_for_serve = False
         gc.freeze()
         gc.enable()
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _held_for_serve
     import os
 
     # A start (the plugins, the imports, a server's routes) allocates enough for ~200 collections, 0.1 s
@@ -740,6 +747,7 @@ def main(argv: list[str] | None = None) -> int:
             gc.enable()
     if collecting and args.func is cmd_serve:
         gc.disable()  # cmd_serve calls _started() once its app is built
+        _held_for_serve = True
     level = getattr(args, "log", None) or os.environ.get("LLAMAPLUG_LOG")
     if level and level != "none":  # the CLI owns the terminal: show what the library logs
         logging.basicConfig(level=level.upper(), format="%(name)s: %(message)s", stream=sys.stderr)
@@ -757,6 +765,7 @@ def main(argv: list[str] | None = None) -> int:
         _os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout at exit: into nowhere, not the closed pipe
         return 141
     finally:
+        _held_for_serve = False
         if collecting:
             gc.enable()  # a serve that failed before its app was built
 
