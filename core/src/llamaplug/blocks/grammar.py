@@ -19,6 +19,7 @@ from ..raw import ffi, lib
 from . import _native_log
 from ._stderr import captured_stderr as _captured_stderr
 from ._text import encode_text
+from .grammar_bounds import check_bounds
 
 
 def _position(source: str, offset: int) -> tuple[int, int]:
@@ -110,5 +111,6 @@ def check_grammar(source: str, root: str = "root") -> None:
     """Parse with llama.cpp (no vocabulary needed) and free the result; raise InvalidGrammarError."""
     if not isinstance(source, str) or not source.strip():
         raise InvalidParameterError("a grammar must be non-empty GBNF text", field="grammar")
+    check_bounds(source)  # before llama.cpp's parser, which a deep grammar overflows (grammar_bounds.py)
     ptr = Grammar(source, root, _checked=True).sampler_ptr(ffi.NULL)
     lib.llama_sampler_free(ptr)
