@@ -326,7 +326,7 @@ def _processing(port: int, headers: dict[str, str]) -> float:
 
 
 @pytest.mark.parametrize("argv, dest, value", [
-    (["-n", "7"], "n_predict", 7), (["--n-predict", "7"], "n_predict", 7), (["-a", "gpt"], "alias", "gpt"),
+    (["-n", "7"], "n_predict", 7), (["--n-predict", "7"], "n_predict", 7), (["-a", "gpt"], "alias", ["gpt"]),
     (["-cram", "64"], "cache_ram", 64), (["--slot-save-path", "/tmp"], "slot_save_path", "/tmp"),
     (["-c", "512", "-np", "2", "-t", "1"], "parallel", 2),
 ])

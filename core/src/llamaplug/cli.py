@@ -282,13 +282,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .serve_flags import settle
 
     settle(args)  # LLAMA_ARG_* variables the command line did not override
+    from . import serve_log
+
+    native_log = serve_log.configure(args.log, args.log_format, args.verbose)
     if args.api_key is None and any(h.strip() not in ("127.0.0.1", "localhost", "::1") and not h.endswith(".sock")
                                     for h in args.host.split(",")):
-        print(f"warning: serving on {args.host}, not loopback, without --api-key: anyone who reaches it can use it",
-              file=sys.stderr)
+        serve_log.log.warning("serving on %s, not loopback, without --api-key: anyone who reaches it can use it",
+                              args.host)
     # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
     base: dict[str, object] = {"n_ctx": args.ctx_size, "n_seq_max": args.parallel, "cache_ram_mib": args.cache_ram,
-                               "log_level": args.log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed}
+                               "log_level": native_log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed}
     if args.threads:
         base["n_threads"] = args.threads
     if args.rpc:
@@ -300,6 +303,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     base.update(_draft_params(args))
     files = args.model or ([] if args.models_dir else [default_model(args.catalog)])
     aliases = args.alias or []
+    if len(files) == 1 and len(aliases) > 1:  # llama-server's one model: each -a adds names to it
+        aliases = [",".join(aliases)]
     if len(aliases) > len(files):
         raise InvalidParameterError(f"{len(aliases)} --alias for {len(files)} -m: give one --alias after each -m "
                                     "it names", field="alias")
@@ -321,6 +326,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                         field="ray")
         _started()
         return _serve_on_ray(specs[0].params, args)
+    if args.port == 0 and sum(not h.strip().endswith(".sock") for h in args.host.split(",") if h.strip()) > 1:
+        raise InvalidParameterError("--port 0 takes one TCP address in --host (each would get another port)",
+                                    field="port")
+    from .server.listen import sockets
+
+    bound = sockets(args.host, args.port)  # before the load: a busy port is said now, not after it
     loading = None
     if len(specs) == 1:  # one model: load it now, so a bad file fails here rather than at the first request
         from .server import preload
@@ -333,10 +344,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     registry = ModelRegistry(specs=specs, max_loaded=args.max_loaded, keep_alive=args.keep_alive,
                              sleep_idle=args.sleep_idle, max_queue=args.max_queue, chat=chat)
-    import copy
+    import time
 
-    import uvicorn
-
+    from .server.access_log import AccessLog
     from .server.app import create_app_for
     from .server.cors import Cors
     from .server.http_limits import uvicorn_options
@@ -344,26 +354,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if loading is not None:
         llama = registry.preload(specs[0].id, loading.result()).llama
-        print(f"llamaplug serve {specs[0].params.model_path} on http://{args.host}:{args.port} ({args.parallel} "
-              f"slots of {llama.engine.n_ctx_seq} tokens)", file=sys.stderr, flush=True)
+        serve_log.log.info("loaded %s: %d slots of %d tokens", specs[0].params.model_path, args.parallel,
+                           llama.engine.n_ctx_seq)
     else:
-        print(f"llamaplug serve: {len(specs)} models on http://{args.host}:{args.port}, each loaded when first "
-              f"asked for ({', '.join(s.id for s in specs)})", file=sys.stderr, flush=True)
+        serve_log.log.info("%d models, each loaded when first asked for: %s", len(specs),
+                           ", ".join(s.id for s in specs))
     cors = Cors(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials)
     app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
-                         max_body=args.max_body_mib * 2**20, cors=cors, endpoint_slots=args.endpoint_slots)
-    # --log info (or debug): uvicorn's access log, one line per request, on stderr with every other message
-    # (uvicorn's default puts it on stdout), as llama-server logs its requests
-    verbose = args.log in ("info", "debug")
-    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
-    log_config["handlers"]["access"]["stream"] = "ext://sys.stderr"
-    options = {**uvicorn_options(args.max_header_kib * 1024), "log_level": "info" if verbose else "warning",
-               "access_log": verbose, "log_config": log_config}
+                         max_body=args.max_body_mib * 2**20, cors=cors, endpoint_slots=args.endpoint_slots,
+                         webui=args.webui)
+    # a line per request, ours (uvicorn's has no duration), and the last line once the app's shutdown is done
+    app.add_middleware(AccessLog, stopped=lambda: serve_log.stopped(time.monotonic() - began,
+                                                                    app.state.metrics.http_requests))
+    # uvicorn's loggers go to the handler serve_log set up (log_config None: uvicorn leaves logging alone)
+    options = {**uvicorn_options(args.max_header_kib * 1024), "log_level": "info" if args.verbose else "warning",
+               "access_log": False, "log_config": None}
     _started()
-    if "," in args.host or args.host.endswith(".sock"):  # llama-server's several addresses, or a unix socket
-        serve_on(app, args.host, args.port, **options)
-    else:
-        uvicorn.run(app, host=args.host, port=args.port, **options)
+    for sock in bound:  # connections wait in the backlog from now until uvicorn's loop accepts them
+        sock.listen(2048)  # uvicorn's backlog
+    serve_log.listening(bound, args.api_key)
+    began = time.monotonic()
+    serve_on(app, bound, **options)
     return 0
 
 
@@ -513,6 +524,18 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535; 0: any free one)")
+    return int(text)
+
+
+def _api_key(text: str) -> str:
+    if not text.strip():  # an empty key would turn authentication off, which is never what giving one means
+        raise argparse.ArgumentTypeError("the key is empty (leave --api-key out to serve without one)")
+    return text
+
+
 def _seconds(text: str) -> float:
     """A --keep-alive/--sleep-idle value: seconds, or a duration as "5m", "1h30m"."""
     from .server.durations import seconds
@@ -541,10 +564,21 @@ def cmd_rpc_server(args: argparse.Namespace) -> int:
     return 0
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: a flag it does not know is its error, with its usage (argparse leaves unknown flags
+    to the top-level parser, whose usage says nothing of the command's flags)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def,override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llamaplug", description="GGUF models on llama.cpp")
     p.add_argument("--version", action="version", version=f"llamaplug {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     info = sub.add_parser("info", help="versions, backend plugins with probe verdicts, devices, models")
     info.add_argument("--mmproj", help="a multimodal projector GGUF: say whether it takes images and audio")
     info.set_defaults(func=cmd_info)
@@ -617,21 +651,24 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("-m", "--model", action="append", help="GGUF file (default: the first installed catalog "
                        "model); repeat it to serve several, each loaded when first asked for")
     serve.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
-    serve.add_argument("--alias", action="append", help="the model id clients use for the -m before it (default: "
-                       "the file name)")
+    serve.add_argument("-a", "--alias", action="append", help="the model id clients use for the -m before it "
+                       "(default: the file name); comma-separated: its other names too, the first (sorted) the id, as "
+                       "llama-server's. With one -m, every -a names it")
     serve.add_argument("--models-dir", metavar="DIR", help="serve every *.gguf in DIR, each loaded when first asked "
                        "for; DIR/models.toml may give a model's n_ctx, n_seq_max, mmproj, chat_template, aliases")
-    serve.add_argument("--max-loaded", "--models-max", dest="max_loaded", type=int, metavar="N",
+    serve.add_argument("--max-loaded", "--models-max", dest="max_loaded", type=_positive, metavar="N",
                        help="models loaded at once: loading one more unloads the least recently used")
     serve.add_argument("--keep-alive", type=_seconds, metavar="SECONDS",
                        help='unload a model idle this long ("5m" too; a request\'s keep_alive sets its model\'s); '
                             "default: never")
     serve.add_argument("--sleep-idle", type=_seconds, metavar="SECONDS",
                        help="free a model idle this long, keeping it listed (sleeping) until its next request")
-    serve.add_argument("--max-queue", type=int, default=512, metavar="N",
+    serve.add_argument("--max-queue", type=_positive, default=512, metavar="N",
                        help="requests that may wait (for a slot or a load); more get 503 with Retry-After")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on; comma-separated for several, "
+                       "a path ending in .sock for a unix socket (default: 127.0.0.1)")
+    serve.add_argument("--port", type=_port, default=8080, help="port to listen on, 0 for any free one "
+                       "(default: 8080)")
     serve.add_argument("-np", "--parallel", type=int, default=4, help="slots: requests decoded together")
     serve.add_argument("-c", "--ctx-size", type=int, default=8192, help="KV cache positions, shared by the slots")
     serve.add_argument("--cache-ram", type=int, default=256, metavar="MIB",
@@ -643,9 +680,16 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--mmproj", help="multimodal projector GGUF: image/audio chat parts (llamaplug-mtmd)")
     serve.add_argument("--pooling", choices=["mean", "cls", "last"],
                        help="for /v1/embeddings (default: the model's own; mean where it has none)")
-    serve.add_argument("--api-key",
+    serve.add_argument("--api-key", type=_api_key,
                        help="require `Authorization: Bearer KEY` on every route but /health (401 otherwise)")
-    serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"], default="error")
+    serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"],
+                       help="the library's log level (default: error; debug with --verbose). The server's own "
+                            "lines (listening, one per request, stopped) show at every level but none")
+    serve.add_argument("--log-format", choices=["text", "json"], default="text",
+                       help="json: every log line one JSON object (time, level, logger, message, and the "
+                            "request's fields on access lines)")
+    serve.add_argument("-v", "--verbose", "--log-verbose", action="store_true",
+                       help="llama.cpp's own log lines too (model loading, ...), at --log's level (default: debug)")
     serve.add_argument("--max-body-mib", type=_positive, default=8, metavar="MIB",
                        help="largest request body; a longer one is a 413 (default 8)")
     serve.add_argument("--max-header-kib", type=_positive, default=64, metavar="KIB",
@@ -661,7 +705,8 @@ def parser() -> argparse.ArgumentParser:
     _add_draft_arguments(serve)
     serve.add_argument("--ray", action="store_true", help='replicas on Ray Serve (pip install "llamaplug[ray]")')
     serve.add_argument("--ray-address", help="the Ray cluster (ray start's address; default: start a local one)")
-    serve.add_argument("--replicas", type=int, default=1, help="with --ray: engines, each -t threads (1 CPU each)")
+    serve.add_argument("--replicas", type=_positive, default=1,
+                       help="with --ray: engines, each -t threads (1 CPU each)")
     from .serve_flags import add_llama_server_flags
 
     add_llama_server_flags(serve)  # last: llama-server's flags that are not ours become errors naming them

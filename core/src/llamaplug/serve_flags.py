@@ -177,12 +177,11 @@ _ALWAYS_ON = {
     ("--rerank", "--reranking"): "no-op: /v1/rerank is always served (it needs a reranker model)",
     ("-cb", "--cont-batching"): "no-op: requests are always batched together",
     ("--cache-prompt",): "no-op: a slot's cached prefix is always reused",
-    ("--no-webui", "--no-ui"): "no-op: there is no web UI",
 }
 
 
 # llama-server's other spellings of flags the serve parser has under another name.
-_SPELLINGS = {"-a": "--alias", "-cram": "--cache-ram", "-mm": "--mmproj", "--gpu-layers": "--n-gpu-layers"}
+_SPELLINGS = {"-cram": "--cache-ram", "-mm": "--mmproj", "--gpu-layers": "--n-gpu-layers"}
 
 
 class _Refused(argparse.Action):
@@ -209,13 +208,18 @@ def add_llama_server_flags(serve: argparse.ArgumentParser) -> None:
                            help="folder for POST /slots/ID?action=save|restore (without it those are refused)")
     for spelling, ours in _SPELLINGS.items():
         target = serve._option_string_actions.get(ours)  # noqa: SLF001
-        if target is not None and spelling not in have:
-            serve.add_argument(spelling, dest=target.dest, type=target.type, help=argparse.SUPPRESS)
+        if target is not None and spelling not in have:  # the same action (-a, a plain store, once split "foo")
+            serve.add_argument(spelling, dest=target.dest, type=target.type, action=type(target),
+                               help=argparse.SUPPRESS)
     for names, why in _ALWAYS_ON.items():
         names = tuple(n for n in names if n not in have)
         if names:
             serve.add_argument(*names, action="store_true", help=why, dest=f"_noop_{names[-1].lstrip('-')}")
     _add_http_flags(serve, have)
+    if "--webui" not in have:
+        serve.add_argument("--webui", "--ui", dest="webui", action=argparse.BooleanOptionalAction, default=True,
+                           help="the chat page at / (default: on; --no-webui: / and the page's files answer 404, "
+                                "as llama-server's)")
     have = set(serve._option_string_actions)  # noqa: SLF001
     for flag in sorted(LLAMA_SERVER_FLAGS - have):
         serve.add_argument(flag, action=_Refused, dest=f"_refused_{flag.lstrip('-')}")

@@ -59,10 +59,11 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
 
 def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predict: int = -1,
                    slot_save_path: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors: Cors | None = None,
-                   endpoint_slots: bool = True) -> FastAPI:
+                   endpoint_slots: bool = True, webui: bool = True) -> FastAPI:
     """The ASGI app serving the models of `registry`, each loaded when first asked for (closed at shutdown);
     the other arguments as create_app's. `cors`: llama-server's CORS flags (None: its defaults, cors.py);
-    `endpoint_slots` False: /slots answers 501, as llama-server's --no-slots."""
+    `endpoint_slots` False: /slots answers 501, as llama-server's --no-slots; `webui` False: no chat page
+    (its paths answer 404, as llama-server's --no-webui)."""
     metrics = Metrics(registry.engines)
     registry.on_unload(metrics.retire)
 
@@ -80,6 +81,7 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.state.n_predict = n_predict
     app.state.slot_save_path = slot_save_path
     app.state.endpoint_slots = endpoint_slots
+    app.state.webui = webui
     app.add_middleware(_Guard, api_key=api_key, metrics=metrics, max_body=max_body, cors=cors or Cors())
     for router in ROUTERS:
         app.include_router(router)

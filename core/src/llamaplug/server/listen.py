@@ -69,12 +69,11 @@ def _unix(path: str) -> socket.socket:
     return sock
 
 
-def serve_on(app: Any, hosts: str, port: int, **options: Any) -> None:
-    """Serve `app` on every address of `hosts` until interrupted; unix socket files are removed after.
-    `options`: uvicorn.Config's others (the header cap, http_limits.uvicorn_options)."""
+def serve_on(app: Any, bound: list[socket.socket], **options: Any) -> None:
+    """Serve `app` on the sockets `bound` (sockets()'s) until interrupted; they are closed after, unix socket
+    files removed. `options`: uvicorn.Config's others (the header cap, http_limits.uvicorn_options)."""
     import uvicorn
 
-    bound = sockets(hosts, port)
     try:
         uvicorn.Server(uvicorn.Config(app, **{"log_level": "warning", **options})).run(sockets=bound)
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fastapi import Request
 from fastapi.responses import FileResponse, Response
 
 from ..dialects import OPENAI
@@ -27,8 +28,8 @@ _POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'se
 
 
 @router.get("/", include_in_schema=False)
-async def index() -> FileResponse:
-    return _file("index.html")
+async def index(request: Request) -> FileResponse:
+    return _file(request, "index.html")
 
 
 # A llama head in a circle: browsers ask /favicon.ico whatever the page says, and a 404 there filled the log.
@@ -37,16 +38,24 @@ _ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><circle cx
 
 
 @router.get("/favicon.ico", include_in_schema=False)
-async def favicon() -> Response:
+async def favicon(request: Request) -> Response:
+    _page_on(request)
     return Response(_ICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
 
 @router.get("/static/{name}", include_in_schema=False)
-async def static(name: str) -> FileResponse:
-    return _file(name)
+async def static(request: Request, name: str) -> FileResponse:
+    return _file(request, name)
 
 
-def _file(name: str) -> FileResponse:
+def _page_on(request: Request) -> None:
+    """With --no-webui none of the page's paths is served: 404, as llama-server's --no-webui."""
+    if not request.app.state.webui:
+        raise ApiError(404, "the chat page is off (llamaplug serve --no-webui)", code="not_found")
+
+
+def _file(request: Request, name: str) -> FileResponse:
+    _page_on(request)
     path = STATIC / name
     if not _NAME.fullmatch(name) or not path.is_file():
         raise ApiError(404, f"no page file {name!r}", code="not_found")

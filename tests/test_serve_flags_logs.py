@@ -1,0 +1,265 @@
+"""`llamaplug serve`'s flags and errors, and its log (issue 48, parts 2 and 5).
+
+Flags: llama-server's meanings (`-a` a comma list, repeatable), every range checked before anything
+loads, a busy port found before the model loads, `--no-webui` real, serve's own usage on a bad flag,
+an empty API key refused. Log: the "listening on" line once the socket listens, one access line per
+request, `--log-format json`, llama.cpp's own lines only with `--verbose`, a line when it stopped.
+
+Parser-level checks run `llamaplug serve` with no model; the server checks share two servers (SmolLM2),
+one logging text and one JSON, each stopped by the last test that uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+from llamaplug_testing import free_port, llama_server
+
+KEY = "s3cret"
+THREADS = 1  # a busy machine: see test_first_hour_cli.py
+
+
+def serve(*args: str, env: dict[str, str] | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llamaplug.cli", "serve", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+# -- flags and errors, no model loaded ------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, flag", [
+    (["--bogus"], "--bogus"),  # argparse's "unrecognized arguments", with serve's usage (was the top level's)
+    (["--port", "99999"], "--port"),  # was taken modulo 65536: it listened on 34463
+    (["--port", "-1"], "--port"),
+    (["--api-key", ""], "--api-key"),  # an empty key turned authentication off
+    (["--api-key", "  "], "--api-key"),
+    (["--max-queue", "0"], "--max-queue"),  # was found by the registry, while the model loaded
+    (["--max-loaded", "0"], "--max-loaded"),
+])
+def test_a_bad_flag_is_exit_2_with_serves_usage_naming_it(argv, flag):
+    done = serve(*argv)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("usage: llamaplug serve "), done.stderr[:300]
+    assert "llamaplug serve: error: " in done.stderr and flag in done.stderr.splitlines()[-1]
+
+
+def test_an_empty_api_key_from_the_environment_is_refused():
+    done = serve(env={"LLAMA_API_KEY": ""})
+    assert done.returncode == 1 and "LLAMA_API_KEY" in done.stderr and "empty" in done.stderr, done.stderr
+
+
+def test_help_shows_the_host_and_port_defaults():
+    done = serve("--help")
+    text = " ".join(done.stdout.split())  # argparse wraps the lines
+    assert done.returncode == 0
+    assert "--host HOST address to listen on" in text and "(default: 127.0.0.1)" in text
+    assert "--port PORT port to listen on, 0 for any free one (default: 8080)" in text
+    assert "no-op: there is no web UI" not in text and "--no-webui" in text
+
+
+def test_alias_is_llama_servers_comma_list_and_repeatable():
+    from llamaplug.cli import parser
+
+    # -a was a plain store: `-a foo` gave "foo", taken as three aliases (one per character) for one -m
+    assert parser().parse_args(["serve", "-a", "foo"]).alias == ["foo"]
+    assert parser().parse_args(["serve", "-a", "foo,bar", "--alias", "baz"]).alias == ["foo,bar", "baz"]
+
+
+def test_a_busy_port_is_refused_before_the_model_loads(smollm2_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        start = time.monotonic()
+        done = serve("-m", str(smollm2_path), "--port", str(port), "-t", str(THREADS))
+        refused_in = time.monotonic() - start
+    assert done.returncode == 1, done.stderr
+    assert f"--port {port}: cannot listen there" in done.stderr
+    assert "loaded" not in done.stderr  # the model was never loaded (the line a load ends with)
+    print(f"busy port refused in {refused_in:.2f} s")
+
+
+def test_port_0_with_several_tcp_addresses_is_refused():
+    done = serve("--host", "127.0.0.1,localhost", "--port", "0")
+    assert done.returncode == 1 and "--port 0" in done.stderr, done.stderr
+
+
+# -- the servers ----------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def started(*args: str) -> Iterator[SimpleNamespace]:
+    """`llamaplug serve` on a free port, yielded once its "listening on" line is out (its stderr read whole,
+    line by line, by a thread); `health`: what /health answered right after that line, without a retry."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", "--port", str(port), "-t",
+                             str(THREADS), "-np", "1", "-c", "512", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    listening = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if "listening on" in line:
+                listening.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        if not listening.wait(120):
+            pytest.fail(f"no listening line: {lines[-20:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as resp:
+                health = resp.status
+        except OSError as exc:
+            health = repr(exc)
+        yield SimpleNamespace(port=port, proc=proc, lines=lines, reader=reader, health=health)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def stop(server: SimpleNamespace) -> list[str]:
+    """Stop `server` with SIGTERM; every line it wrote."""
+    server.proc.terminate()
+    server.proc.wait(timeout=30)
+    server.reader.join(10)
+    return server.lines
+
+
+def get(port: int, path: str, key: str | None = None) -> tuple[int, str, str]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers),
+                                    timeout=60) as resp:
+            return resp.status, resp.headers.get("Content-Type", ""), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode()
+
+
+def post(port: int, path: str, body: dict, key: str | None = None) -> int:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json",
+                                          **({"Authorization": f"Bearer {key}"} if key else {})})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        resp.read()
+        return resp.status
+
+
+def access_lines(lines: list[str], until: int, timeout: float = 10) -> list[str]:
+    """The access log's lines, once there are `until` of them (they are written by a thread of their own)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [line for line in lines if line.startswith("llamaplug.server.access: ")]
+        if len(found) >= until or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def text_server(smollm2_path):
+    """Text log at --log info without --verbose; a key; -a twice; --no-webui."""
+    with started("-m", str(smollm2_path), "--api-key", KEY, "-a", "smol,tiny", "-a", "baz", "--no-webui",
+                 "--log", "info") as server:
+        yield server
+
+
+def test_the_listening_line_comes_once_the_socket_listens(text_server):
+    assert text_server.health == 200  # /health answered at once, right after the line
+    lines = text_server.lines
+    listening = [i for i, line in enumerate(lines) if "listening on" in line]
+    loaded = [i for i, line in enumerate(lines) if line.startswith("llamaplug.serve: loaded ")]
+    assert len(listening) == 1 and loaded and loaded[0] < listening[0], lines
+    assert lines[listening[0]] == (f"llamaplug.serve: listening on http://127.0.0.1:{text_server.port} "
+                                   "(API key required)")
+
+
+def test_alias_flags_name_the_one_model(text_server):
+    status, _, body = get(text_server.port, "/v1/models", KEY)
+    assert status == 200
+    model = json.loads(body)["data"][0]
+    assert model["id"] == "baz" and set(model["aliases"]) >= {"baz", "smol", "tiny"}, model
+
+
+def test_no_webui_serves_no_page(text_server):
+    ours = [get(text_server.port, path) for path in ("/", "/static/index.html", "/favicon.ico")]
+    assert all(status == 404 for status, _, _ in ours), ours  # / served the page with --no-webui
+    assert all("<html" not in body.lower() for _, _, body in ours)
+    assert get(text_server.port, "/v1/models", KEY)[0] == 200  # the API is unchanged
+
+
+def test_llama_server_no_webui_answers_404_at_root(native_tools, smollm2_path):
+    """The reference for the test above: the pin's llama-server with --no-webui."""
+    with llama_server(native_tools, smollm2_path, "--no-webui", "-c", "512") as port:
+        assert get(port, "/")[0] == 404
+
+
+def test_an_access_line_per_request(text_server):
+    port = text_server.port
+    before = len(access_lines(text_server.lines, 0))
+    get(port, "/v1/models", KEY)
+    get(port, "/v1/models")  # no key: 401
+    post(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}, KEY)
+    post(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+                                        "stream": True}, KEY)
+    get(port, "/health")  # a probe: at debug only, as llama-server leaves it out
+    time.sleep(0.5)  # (a line of the probe's would be written by now)
+    # the last four: an earlier test's last line may have been written after `before` was counted
+    lines = access_lines(text_server.lines, before + 4)[-4:]
+    want = [("GET", "/v1/models", "200"), ("GET", "/v1/models", "401"), ("POST", "/v1/chat/completions", "200"),
+            ("POST", "/v1/chat/completions", "200")]
+    for line, (method, path, status) in zip(lines, want):
+        words = line.split()
+        assert words[1:4] == [method, path, status] and words[5] == "ms" and words[6] == "127.0.0.1", line
+        assert float(words[4]) >= 0
+
+
+def test_log_info_without_verbose_has_no_native_lines(text_server):
+    assert not [line for line in text_server.lines if line.startswith("llamaplug.native")], text_server.lines[:20]
+
+
+def test_text_server_says_when_it_stopped(text_server):
+    lines = stop(text_server)
+    assert lines[-1].startswith("llamaplug.serve: stopped after ") and "requests served" in lines[-1], lines[-5:]
+
+
+@pytest.fixture(scope="module")
+def json_server(smollm2_path):
+    """JSON lines at --log info with --verbose (llama.cpp's own lines too); no key."""
+    with started("-m", str(smollm2_path), "--log-format", "json", "--log", "info", "--verbose") as server:
+        yield server
+
+
+def test_json_lines_parse_as_json(json_server):
+    assert json_server.health == 200
+    post(json_server.port, "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    deadline = time.monotonic() + 10
+    while not any('"llamaplug.server.access"' in line for line in json_server.lines) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lines = stop(json_server)
+    records = [json.loads(line) for line in lines]  # every line, llama.cpp's and uvicorn's too
+    assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
+    listening = [r for r in records if r["message"].startswith("listening on")]
+    assert listening == [{**listening[0], "address": f"http://127.0.0.1:{json_server.port}", "auth": False}]
+    assert "no API key" in listening[0]["message"]
+    access = [r for r in records if r["logger"] == "llamaplug.server.access"]
+    assert len(access) == 1 and access[0]["method"] == "POST" and access[0]["path"] == "/v1/completions"
+    assert access[0]["status"] == 200 and access[0]["duration_ms"] > 0 and access[0]["client"] == "127.0.0.1"
+    # --verbose: llama.cpp's own lines (the load's) come through, as JSON too
+    assert sum(r["logger"] == "llamaplug.native" for r in records) > 20
+    stopped = [r for r in records if r["message"].startswith("stopped after ")]
+    assert len(stopped) == 1 and stopped[0]["requests"] >= 2 and stopped[0]["uptime_s"] > 0
+    assert records.index(stopped[0]) > records.index(access[0])  # (uvicorn's own last line may follow it)
