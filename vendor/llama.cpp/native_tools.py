@@ -8,6 +8,7 @@ variant; prints the bin/ directory.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -72,6 +73,15 @@ def build(targets: tuple[str, ...] = TOOLS, backend: str = "cpu", cuda_architect
         if missing:
             raise SystemExit(f"native_tools: LLAMAPLUG_NATIVE_TOOLS={prebuilt} lacks {', '.join(missing)}")
         return Path(prebuilt)
+    # Two test processes asking at once (a suite run beside a single test) would run two ninjas in one build
+    # folder, which corrupts it: the second waits for the first and then finds the tools built.
+    fetch.cache_root().mkdir(parents=True, exist_ok=True)
+    with open(fetch.cache_root() / "native-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(targets, backend, cuda_architectures)
+
+
+def _build_locked(targets: tuple[str, ...], backend: str, cuda_architectures: str) -> Path:
     tree = fetch.materialise()
     name = variants.best_variant(variants.cpu_flags())
     suffix = "" if backend == "cpu" else f"-{backend}"
