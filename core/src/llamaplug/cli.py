@@ -312,7 +312,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InvalidParameterError("--mmproj goes with one -m; in a models dir, give each model's in models.toml",
                                     field="mmproj")
     template, chat = chat_settings(args)
-    specs = specs_from_dir(args.models_dir, base) if args.models_dir else []
+    skipping = lambda message: print(f"warning: {message}", file=sys.stderr)  # noqa: E731  (at any --log)
+    specs = specs_from_dir(args.models_dir, base, skipping) if args.models_dir else []
     specs += [spec_for_file(f, base, aliases[i] if i < len(aliases) else None, mmproj=args.mmproj,
                             pooling=args.pooling, chat_template=template, tags=args.tags) for i, f in enumerate(files)]
     defaults = _request_defaults(args)

@@ -17,17 +17,21 @@ An unknown key, a wrong type or a table naming no file is an error naming the fi
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidParameterError
+from ..errors import InvalidModelError, InvalidParameterError, LlamaError, ModelNotFoundError
 from ..params import LlamaParams
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 (the server extra installs tomli there)
     import tomli as tomllib
+
+log = logging.getLogger("llamaplug.server.models")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,16 +79,35 @@ def split_names(given: str | None) -> list[str]:
     return sorted({n.strip() for n in (given or "").split(",") if n.strip()})
 
 
-def specs_from_dir(folder: str | Path, base: dict[str, Any]) -> list[ModelSpec]:
-    """The specs of every GGUF model in `folder`, with its models.toml's settings (see the module's doc)."""
+def specs_from_dir(folder: str | Path, base: dict[str, Any], warn: Callable[[str], None] | None = None
+                   ) -> list[ModelSpec]:
+    """The specs of every GGUF model in `folder`, with its models.toml's settings (see the module's doc).
+
+    A `*.gguf` that is not a GGUF file (its header does not read: a download cut short, a file misnamed) is
+    left out, all of them said in one warning (`warn`, default the log's): served, it would have failed every
+    model list (/api/tags reads each file's header, ~0.15 s for a 49k-token vocabulary, read here once) and every
+    request that got it as the default model.
+    """
+    from ..high.model_card import card  # (here: `serve -m` imports this module before its model's load starts)
+
     folder = Path(folder)
     if not folder.is_dir():
         raise InvalidParameterError(f"--models-dir {folder}: not a directory", field="models_dir")
     config = _read_config(folder / CONFIG_NAME)
     files = {p.name: p for p in sorted(folder.glob("*.gguf")) if p.is_file()}
+    skipped = {}
+    for name, path in list(files.items()):
+        try:
+            card(path)  # what /api/tags reads of each (kept: the list's first answer pays nothing more)
+        except LlamaError as exc:
+            skipped[name] = str(exc)
+            del files[name]
+    if skipped:
+        (warn or log.warning)(f"--models-dir {folder}: skipped {len(skipped)} *.gguf that are not GGUF files: "
+                              + "; ".join(f"{name} ({why})" for name, why in skipped.items()))
     projectors = {str(table.get("mmproj")) for table in config.values() if "mmproj" in table}
     for name in config:
-        if name not in files:
+        if name not in files and name not in skipped:  # (a skipped one's table goes with it)
             raise InvalidParameterError(f"{folder / CONFIG_NAME}: [{name!r}] names no .gguf file in {folder} "
                                         f"(there are {', '.join(sorted(files)) or 'none'})", field=name)
     specs = []
@@ -116,6 +139,19 @@ def _spec(path: Path, ident: str, aliases: tuple[str, ...], base: dict[str, Any]
     except ValueError as exc:  # pydantic's: a value out of range
         raise InvalidParameterError(f"{where}: {exc}", field=ident) from None
     return ModelSpec(ident, params, aliases, own.get("pooling"), own.get("chat_template"))
+
+
+def load_failure(exc: LlamaError, params: LlamaParams) -> str:
+    """What a client is told of why a model given by `params` failed to load: `exc` without the server's paths
+    (each file the params name is said by its name) and, for a file that is no GGUF model, without what the
+    reader found in it (its first bytes): the server's log has the whole reason."""
+    if isinstance(exc, (InvalidModelError, ModelNotFoundError)):
+        return "its file cannot be read as a GGUF model (the server's log says why)"
+    text = str(exc)
+    paths = [params.model_path, params.mmproj_path, params.draft_model_path, *(p for p, _ in params.lora)]
+    for path in sorted({str(p) for p in paths if p is not None}, key=len, reverse=True):
+        text = text.replace(path, Path(path).name)
+    return text
 
 
 def reserved_outputs(params: LlamaParams) -> int:

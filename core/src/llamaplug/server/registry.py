@@ -42,7 +42,7 @@ from ..high.requests import chat_job
 from ..params import LlamaParams
 from . import durations
 from .api_error import ApiError
-from .model_specs import ModelSpec
+from .model_specs import ModelSpec, load_failure
 from .preload import load_warmed
 
 log = logging.getLogger("llamaplug.server.registry")
@@ -375,8 +375,9 @@ class ModelRegistry:
                 entry.last_used = time.monotonic()
         except LlamaError as exc:
             entry.state = before
-            raise ApiError(500, f"model {entry.id!r} failed to load: {exc}", "server_error", param="model",
-                           code="model_load_failed") from exc
+            log.error("model %r failed to load: %s", entry.id, exc)  # the client's error says no server path
+            raise ApiError(500, f"model {entry.id!r} failed to load: {load_failure(exc, entry.spec.params)}",
+                           "server_error", param="model", code="model_load_failed") from exc
         except BaseException:
             entry.state = before
             raise

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -46,6 +47,7 @@ OllamaRoute = OLLAMA.route_class  # a route whose errors, a body that does not f
 
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"description": '{"error": "..."}'} for code in (400, 401, 404, 503)}
 router = OLLAMA.router()
+log = logging.getLogger("llamaplug.server.ollama")
 
 
 def resolve(registry: ModelRegistry, name: str) -> str:
@@ -74,12 +76,17 @@ def now() -> str:
 
 
 async def model_card(registry: ModelRegistry, ident: str) -> ModelCard:
-    """The card of a served model's file (read off the event loop: a big vocabulary takes a moment)."""
+    """The card of a served model's file (read off the event loop: a big vocabulary takes a moment).
+
+    A file that does not read (changed since the server started) is a 500 that names the model only: the
+    reason, which names the server's path and quotes the file's bytes, goes to the server's log."""
     path = registry.params(ident).model_path
     try:
         return await asyncio.to_thread(card, path)
     except LlamaError as exc:
-        raise ApiError(500, f"model '{ident}': {exc}", "server_error", param="model") from None
+        log.error("model %r: its file does not read: %s", ident, exc)
+        raise ApiError(500, f"model '{ident}': its file cannot be read as a GGUF model (the server's log says why)",
+                       "server_error", param="model", code="model_unreadable") from None
 
 
 def details(c: ModelCard) -> dict[str, Any]:
@@ -96,7 +103,10 @@ async def version() -> dict[str, str]:
 async def tags(registry: Annotated[ModelRegistry, Depends(served_models)]) -> dict[str, Any]:
     out = []
     for ident in registry.names():
-        c = await model_card(registry, ident)
+        try:
+            c = await model_card(registry, ident)
+        except ApiError:  # (logged) one unreadable file leaves the others listed
+            continue
         for name in (ident, *registry.describe(ident)[3]):
             out.append({"name": listed(name), "model": listed(name), "modified_at": iso(c.modified), "size": c.size,
                         "digest": c.digest, "details": details(c)})
@@ -143,8 +153,33 @@ async def show(body: ModelName, registry: Annotated[ModelRegistry, Depends(serve
 @router.post("/api/copy", responses=ERRORS)
 async def copy(body: CopyRequest, registry: Annotated[ModelRegistry, Depends(served_models)]) -> Response:
     ident = resolve(registry, body.source)
-    registry.add_alias(ident, body.destination.removesuffix(":latest"))
+    alias = body.destination.removesuffix(":latest")
+    problem = alias_problem(alias)
+    if problem is not None:
+        raise ApiError(400, f"destination: {problem}", param="destination")
+    registry.add_alias(ident, alias)
     return Response(status_code=200)
+
+
+MAX_ALIAS = 255  # characters: as a file name may have
+
+
+def alias_problem(alias: str) -> str | None:
+    """Why `alias` cannot be a model's name (None: it can): a name stays a plain word that logs, file names and
+    URLs take as it is, without a path separator, "..", a control character (NUL included) or an edge space."""
+    if not alias:
+        return "the name is empty"
+    if len(alias) > MAX_ALIAS:
+        return f"the name has {len(alias)} characters, more than {MAX_ALIAS}"
+    if any(c in "/\\" for c in alias):
+        return "the name has a path separator (/ or \\)"
+    if ".." in alias:
+        return 'the name has ".."'
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in alias):
+        return "the name has a control character"
+    if alias != alias.strip():
+        return "the name begins or ends with a space"
+    return None
 
 
 @router.delete("/api/delete", responses=ERRORS)
