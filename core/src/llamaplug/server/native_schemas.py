@@ -28,6 +28,10 @@ class NativeCompletionRequest(_Native):
 
     prompt: Prompt = Field(description="text, token ids, text and ids mixed, or a list of those (one result each)")
     n_predict: int | None = Field(None, ge=-1, description="tokens to generate; -1: until the end (default: -n)")
+    max_completion_tokens: int | None = Field(None, ge=-1, le=0x7FFFFFFF, description="llama-server's other name "
+                                              "of n_predict (n_predict wins over it)")
+    max_tokens: int | None = Field(None, ge=-1, le=0x7FFFFFFF, description="llama-server's other name of n_predict "
+                                   "(n_predict and max_completion_tokens win over it)")
     stop: list[str] | None = None
     stream: bool = False
     temperature: float | None = Field(None, ge=0, le=100, description="<= 0: greedy")
@@ -51,6 +55,11 @@ class NativeCompletionRequest(_Native):
                                          "false bans the token")
     grammar: str | None = Field(None, description="a GBNF grammar the output must match")
     json_schema: dict[str, Any] | None = Field(None, description="a JSON schema the output must match")
+
+    def predict(self) -> int | None:
+        """The tokens asked for, under llama-server's names in its order (its schema's n_predict field and that
+        field's aliases): n_predict, else max_completion_tokens, else max_tokens; None: none given."""
+        return next((n for n in (self.n_predict, self.max_completion_tokens, self.max_tokens) if n is not None), None)
 
     def sampling(self, seed: int, defaults: dict[str, Any] | None = None) -> SamplerParams:
         """The request's sampling: `defaults` (the server's --temp, ...), else llama-server's, where it says nothing;

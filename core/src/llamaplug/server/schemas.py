@@ -69,6 +69,17 @@ class CompletionRequest(_Request):
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: Literal[False] = False
     max_tokens: int | None = Field(16, ge=0)
+    # llama-server's names of the same limit: its schema's n_predict field, whose aliases these are
+    n_predict: int | None = Field(None, ge=-1, le=2**31 - 1, description="llama-server's: tokens to generate "
+                                  "(wins over max_tokens; -1: the server's -n)")
+    max_completion_tokens: int | None = Field(None, ge=0, le=2**31 - 1, description="wins over max_tokens, as in "
+                                              "llama-server")
+
+    def predict(self) -> int | None:
+        """The tokens asked for, in llama-server's order: n_predict, max_completion_tokens, max_tokens (-1 given:
+        None, the server's -n)."""
+        asked = next(n for n in (self.n_predict, self.max_completion_tokens, self.max_tokens, -1) if n is not None)
+        return None if asked < 0 else asked
 
 
 class ChatRequest(_Request):

@@ -33,7 +33,7 @@ async def completions(body: CompletionRequest, request: Request,
                       served: Annotated[Served, Depends(served_model(CompletionRequest))]) -> Any:
     llama = served.llama
     prompts = _prompts(body.prompt)
-    limit = token_limit(request, body.max_tokens)
+    limit = token_limit(request, body.predict())
     sampling = body.sampling(llama.params.seed, served.sampling)
     # special tokens in the text are parsed, as llama-server's tokenize_input_prompts does (and /completion here)
     jobs = await off_loop(lambda: completion_jobs(llama, prompts, limit, sampling, body.stop, body.logprobs, True,

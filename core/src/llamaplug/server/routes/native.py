@@ -56,14 +56,17 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
               texts: list[str]) -> Any:
     """Generate for each prompt (token ids) and answer in llama-server's shape: one result, a list, or a stream."""
     llama = served.llama
-    n_predict = body.n_predict if body.n_predict is not None else request.app.state.n_predict
+    asked = body.predict()  # n_predict, max_completion_tokens or max_tokens, in llama-server's order
+    n_predict = asked if asked is not None else request.app.state.n_predict
+    # -1 given is the server's -n, as llama-server's slot reads it (generation_settings still say -1)
+    limit = n_predict if n_predict >= 0 else request.app.state.n_predict
     sampling = body.sampling(llama.params.seed, served.sampling)
     extra = {"logit_bias": logit_bias(llama.model, body.logit_bias),
              "grammar": grammar_text(getattr(body, "grammar", None), getattr(body, "json_schema", None))}
     if any(extra.values()):
         sampling = sampling.model_copy(update=extra)
     n_probs = body.n_probs or None  # llama-server: 0 gives none
-    jobs = await off_loop(lambda: completion_jobs(llama, prompts, None if n_predict < 0 else n_predict, sampling,
+    jobs = await off_loop(lambda: completion_jobs(llama, prompts, None if limit < 0 else limit, sampling,
                                                   body.stop, n_probs))
     settings = _settings(sampling, n_predict, body)
     if body.stream:
