@@ -2,9 +2,10 @@
 
 Slot files live under --slot-save-path only: a filename is checked as llama-server checks
 it (fs_validate_filename: no path separator, no "..", no control or reserved character),
-so no request reaches a file outside that folder. Without --slot-save-path, save and
-restore are refused (llama-server: 501 "Start it with `--slot-save-path`"; here a 400, no
-bad request reads as a server fault).
+so no request reaches a file outside that folder, nor through a link planted in it: a slot
+file is opened without following a symbolic link (llama-server follows one) and must be a
+plain file. Without --slot-save-path, save and restore are refused (llama-server: 501
+"Start it with `--slot-save-path`"; here a 400, no bad request reads as a server fault).
 
 A saved file is Llama.save_state's: the KV cache with every slot's tokens, tied to the
 model (saved_state.py); restoring it restores every slot. llama-server saves one slot's
@@ -14,7 +15,13 @@ sequence; `n_saved` and `n_restored` here count the named slot's tokens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import logging
+import os
+import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,6 +36,7 @@ from ..native_schemas import SlotFile
 from ..registry import Served
 
 router = NATIVE.router()
+log = logging.getLogger("llamaplug.server.slots")
 
 
 @router.get("/props", responses=ERROR_RESPONSES)
@@ -74,12 +82,9 @@ async def slot_action(request: Request, id_slot: int, action: Annotated[Literal[
         raise ApiError(400, "filename: a JSON body {\"filename\": ...} is needed", param="filename")
     if not valid_filename(body.filename):
         raise ApiError(400, "Invalid filename", param="filename")
-    path = Path(folder) / body.filename
     if action == "save":
-        return await asyncio.to_thread(_save, served, id_slot, path)
-    if not path.is_file():
-        raise ApiError(400, "Unable to restore slot: no such slot save file", param="filename")
-    return await asyncio.to_thread(_restore, served, id_slot, path)
+        return await asyncio.to_thread(_save, served, id_slot, Path(folder), body.filename)
+    return await asyncio.to_thread(_restore, served, id_slot, Path(folder), body.filename)
 
 
 def valid_filename(name: str) -> bool:
@@ -96,23 +101,62 @@ def valid_filename(name: str) -> bool:
     return True
 
 
-def _save(served: Served, id_slot: int, path: Path) -> dict[str, Any]:
+def _save(served: Served, id_slot: int, folder: Path, name: str) -> dict[str, Any]:
     start = time.perf_counter()
     data = served.llama.save_state()
     assert isinstance(data, bytes)
-    path.write_bytes(data)
+    with _slot_file(folder, name, os.O_WRONLY | os.O_CREAT, "save") as fd:
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     slots, _ = saved_state.unpack(served.llama, data)
-    return {"id_slot": id_slot, "filename": path.name, "n_saved": len(slots[id_slot]), "n_written": len(data),
+    return {"id_slot": id_slot, "filename": name, "n_saved": len(slots[id_slot]), "n_written": len(data),
             "timings": {"save_ms": (time.perf_counter() - start) * 1e3}}
 
 
-def _restore(served: Served, id_slot: int, path: Path) -> dict[str, Any]:
+def _restore(served: Served, id_slot: int, folder: Path, name: str) -> dict[str, Any]:
     start = time.perf_counter()
-    data = path.read_bytes()
+    with _slot_file(folder, name, os.O_RDONLY, "restore") as fd, os.fdopen(fd, "rb", closefd=False) as f:
+        data = f.read()
     served.llama.load_state(data)
     slots, _ = saved_state.unpack(served.llama, data)
-    return {"id_slot": id_slot, "filename": path.name, "n_restored": len(slots[id_slot]), "n_read": len(data),
+    return {"id_slot": id_slot, "filename": name, "n_restored": len(slots[id_slot]), "n_read": len(data),
             "timings": {"restore_ms": (time.perf_counter() - start) * 1e3}}
+
+
+@contextlib.contextmanager
+def _slot_file(folder: Path, name: str, flags: int, action: str) -> Iterator[int]:
+    """The slot file `name` of `folder`, opened with `flags` as a plain file of that folder only: the name is
+    looked up in the folder opened once (no path walked again), a symbolic link there is not followed
+    (O_NOFOLLOW: a link planted in the folder would have the server write or read its target), and what is not
+    a regular file with one link (a FIFO, a device, a hard link to a file elsewhere) is refused. The errors name
+    the file as the request did, never the server's folder."""
+    try:
+        folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        log.error("--slot-save-path %s is not a folder this server can open", folder)
+        raise ApiError(500, f"Unable to {action} slot: the slot folder (--slot-save-path) cannot be opened",
+                       "server_error", param="filename") from None
+    try:
+        try:  # O_NONBLOCK: opening a FIFO does not wait for its other end
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666, dir_fd=folder_fd)
+        except FileNotFoundError:
+            raise ApiError(400, f"Unable to {action} slot: no such slot save file", param="filename") from None
+        except OSError as exc:
+            why = "it is a symbolic link, not followed" if exc.errno == errno.ELOOP else exc.strerror
+            raise ApiError(400, f"Unable to {action} slot file {name!r}: {why}", param="filename") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+                raise ApiError(400, f"Unable to {action} slot file {name!r}: not a plain file of the slot folder "
+                                    "(a hard link, a FIFO or a device)", param="filename")
+            os.set_blocking(fd, True)
+            yield fd
+        finally:
+            os.close(fd)
+    finally:
+        os.close(folder_fd)
 
 
 def _erase(served: Served, id_slot: int) -> dict[str, Any]:
