@@ -360,7 +360,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         serve_log.log.info("%d models, each loaded when first asked for: %s", len(specs),
                            ", ".join(s.id for s in specs))
-    cors = Cors(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials)
+    cors = Cors.serving(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials, args.api_key)
     app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
                          max_body=args.max_body_mib * 2**20, cors=cors, endpoint_slots=args.endpoint_slots,
                          webui=args.webui)

@@ -232,9 +232,10 @@ def _add_http_flags(serve: argparse.ArgumentParser, have: set[str]) -> None:
 
     if "--cors-origins" in have:
         return
-    serve.add_argument("--cors-origins", default="*", metavar="ORIGINS",
-                       help='origins a browser page may call from: "*" (default), "localhost" (loopback pages '
-                            "only) or a comma-separated list")
+    serve.add_argument("--cors-origins", metavar="ORIGINS",
+                       help='origins a browser page may call from: "*", "localhost" (loopback pages only) or a '
+                            'comma-separated list (default: "*" with --api-key, as llama-server; without one, '
+                            "loopback pages only, and other origins' requests refused: docs/serving.md)")
     serve.add_argument("--cors-methods", default=DEFAULT_METHODS, metavar="METHODS",
                        help=f"methods a preflight allows (default: {DEFAULT_METHODS})")
     serve.add_argument("--cors-headers", default="*", metavar="HEADERS", help="headers a preflight allows "

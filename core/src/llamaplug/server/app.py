@@ -119,6 +119,13 @@ class _Guard:
         metrics.http_requests += 1
         path = scope["path"]
         headers = Headers(scope=scope)
+        refused = self.cors.refusal(headers.get("origin"), headers.get("host"), scope.get("server"))
+        if refused is not None:  # (cors.py: serve without --api-key)
+            metrics.http_errors += 1
+            await scope["app"].state.dialects(path).response(ApiError(
+                403, refused[1], "permission_error", param=refused[0], code=f"{refused[0]}_refused"))(
+                scope, receive, send)
+            return
         origin = self.cors.allow_origin(headers.get("origin"))
         cors = [(b"access-control-allow-origin", origin.encode("latin-1"))] if origin is not None else []
         if scope["method"] == "OPTIONS":  # a preflight carries no key: llama-server answers every one
