@@ -12,6 +12,7 @@
 #include "reasoning-budget.h"
 
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -344,6 +345,14 @@ LLAMAPLUG_API int llamaplug_chat_grammar_prefill(llama_sampler * grammar, const 
                                                  char ** err) {
     bool done = guarded(err, [&]() -> bool {
         for (size_t i = 0; i < n; ++i) {
+            // checked first: a grammar accepting an end-of-generation token it does not allow aborts (GGML_ABORT)
+            llama_token_data       single = {tokens[i], 1.0f, 0.0f};
+            llama_token_data_array one    = {&single, 1, -1, false};
+            llama_sampler_apply(grammar, &one);
+            if (!(single.logit > -INFINITY)) {
+                throw std::runtime_error("the grammar does not allow token " + std::to_string(tokens[i]) +
+                                         " (prompt token " + std::to_string(i) + ")");
+            }
             llama_sampler_accept(grammar, tokens[i]);
         }
         return true;

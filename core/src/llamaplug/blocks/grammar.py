@@ -85,11 +85,16 @@ class Grammar:
                 patterns = [ffi.new("char[]", encode_text(p, "trigger_patterns")) for p in trigger_patterns]
                 c_patterns = ffi.new("const char *[]", patterns) if patterns else ffi.NULL
                 c_tokens = ffi.new("llama_token[]", list(trigger_tokens)) if trigger_tokens else ffi.NULL
-                ptr = lib.llama_sampler_init_grammar_lazy_patterns(vocab, src, root, c_patterns, len(patterns),
-                                                                   c_tokens, len(trigger_tokens))
             else:
-                ptr = lib.llama_sampler_init_grammar(vocab, src, root)
+                c_patterns, patterns, c_tokens = ffi.NULL, [], ffi.NULL
+            # Through the catching shim: a trigger pattern that is no valid regex throws std::regex_error.
+            ptr = lib.llamaplug_sampler_init_grammar_checked(vocab, src, root, int(lazy), c_patterns, len(patterns),
+                                                             c_tokens, len(trigger_tokens) if lazy else 0)
         if ptr == ffi.NULL:
+            threw = ffi.string(lib.llamaplug_sampler_last_error()).decode("utf-8", "replace")
+            if threw:
+                what = "a trigger pattern or the grammar" if lazy else "the grammar"
+                raise InvalidGrammarError(f"llama.cpp refused {what}: {threw}", reason=threw)
             raise _grammar_error(self.source, self.root, printed[0] if printed else "", logged)
         return ptr
 

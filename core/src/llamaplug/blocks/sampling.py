@@ -12,7 +12,10 @@ Rules a user can rely on:
   after is a no-op (seed 001 calls both), so penalties count each token once;
   ``accept`` of any other token feeds it to the samplers.
 - What would abort the process in llama.cpp (nothing selected, every candidate
-  removed) is a `SamplingError`.
+  removed, a grammar made to accept a token it refuses, any C++ exception a sampler
+  throws) is a `SamplingError`: every native sampler call goes through catching
+  helpers (core/native/sampler_shim.cpp), and a pick is checked against the chain's
+  grammars before they accept it. A chain that failed so raises again until `reset()`.
 
 A sampler added to a chain belongs to the chain from then on.
 """
@@ -48,6 +51,29 @@ _NO_TOKEN = {
     1: "selected no token",
     4: "removed every candidate (all of them had probability 0: a logit bias of -inf on every token?)",
 }
+# The sampling helpers' statuses (raw/declarations.py) past _NO_TOKEN's and 2 (no logits).
+_REFUSED, _APPLY_THREW, _GRAMMAR_ACCEPT_THREW, _CHAIN_ACCEPT_THREW = 5, 6, 7, 8
+
+
+def _native_message() -> str:
+    return ffi.string(lib.llamaplug_sampler_last_error()).decode("utf-8", "replace") or "no message"
+
+
+def sampling_failure(what: str, status: int, token: int) -> SamplingError:
+    """The one mapping of a sampling helper's status (not 0 or 2) to the error naming the sampler and token."""
+    if status in _NO_TOKEN:
+        return SamplingError(f"the sampler {what} {_NO_TOKEN[status]}; nothing was sampled")
+    if status == _REFUSED:
+        return SamplingError(f"the sampler {what} picked token {token}, which its grammar does not allow (a "
+                             "sampler after the grammar, or a logit bias, raised a token the grammar masked); "
+                             "nothing was sampled")
+    if status == _APPLY_THREW:
+        return SamplingError(f"a sampler of {what} failed in llama.cpp: {_native_message()}; nothing was sampled")
+    if status in (_GRAMMAR_ACCEPT_THREW, _CHAIN_ACCEPT_THREW):
+        part = "the grammar of " if status == _GRAMMAR_ACCEPT_THREW else ""
+        return SamplingError(f"{part}the sampler {what} failed in llama.cpp accepting token {token}: "
+                             f"{_native_message()}")
+    return SamplingError(f"the sampler {what} failed (status {status})")
 
 
 def _check(name: str, ok: bool, message: str) -> None:
@@ -132,6 +158,7 @@ class LlamaSampler(NativeHandle):
         else:
             ctx.check_output_index(idx)
             raw, n_vocab = ctx._ptr, ctx.n_vocab
+        self._check_usable()
         token = self._sample_checked(raw, idx, n_vocab)
         self._just_sampled = token
         return token
@@ -145,16 +172,17 @@ class LlamaSampler(NativeHandle):
             self._token_out = ffi.new("llama_token *")
         status = self._sample_native(ptr, raw_ctx, idx, cands, self._token_out)
         _callback_errors.raise_stored()  # a Python sampler's exception, once the native call is over
-        if status in _NO_TOKEN:
-            raise SamplingError(f"the sampler {self._describe()} {_NO_TOKEN[status]}; nothing was sampled")
         if status == 2:
             raise InvalidParameterError(f"no logits for batch index {idx}", field="idx")
         if status:
-            raise SamplingError(f"the sampler {self._describe()} failed (status {status})")
+            error = sampling_failure(self._describe(), status, int(self._token_out[0]))
+            if status > _REFUSED:  # llama.cpp threw: some samplers took the token, some did not
+                self._failed = str(error)
+            raise error
         return int(self._token_out[0])
 
     def _sample_native(self, ptr: Any, raw_ctx: Any, idx: int, cands: Any, out: Any) -> int:
-        return int(lib.llamaplug_sampler_sample(ptr, raw_ctx, idx, cands, len(cands), out))
+        return int(lib.llamaplug_sample_checked(ptr, ffi.NULL, 0, raw_ctx, idx, cands, len(cands), out))
 
     def _describe(self) -> str:
         return self.name
@@ -165,13 +193,27 @@ class LlamaSampler(NativeHandle):
             self._just_sampled = None  # sample() accepted it already
             return
         self._just_sampled = None
-        lib.llama_sampler_accept(self._ptr, token)
+        self._check_usable()
+        threw = lib.llamaplug_sampler_accept_checked(self._ptr, token)
         _callback_errors.raise_stored()
+        if threw:
+            error = sampling_failure(self._describe(), _CHAIN_ACCEPT_THREW, token)
+            self._failed = str(error)
+            raise error
 
     def reset(self) -> None:
         self._just_sampled = None
-        lib.llama_sampler_reset(self._ptr)
+        threw = lib.llamaplug_sampler_reset_checked(self._ptr)
         _callback_errors.raise_stored()
+        if threw:
+            raise SamplingError(f"the sampler {self._describe()} failed in llama.cpp resetting: {_native_message()}")
+        self._failed = None
+
+    def _check_usable(self) -> None:
+        failed = getattr(self, "_failed", None)
+        if failed:
+            raise SamplingError(f"the sampler {self._describe()} failed earlier and its state is not consistent "
+                                f"(reset() it, or build a new one): {failed}")
 
     @classmethod
     def from_python(cls, obj: Any, name: str | None = None) -> LlamaSampler:
@@ -266,6 +308,8 @@ class SamplerChain(LlamaSampler):
         self._has_grammar = False
         self._selecting_at = -1  # len(names) right after a Python sampler that selects was added
         self._grammar: LlamaSampler | None = None  # a leading grammar, sampled apart from the native chain
+        self._checks: Any = ffi.NULL  # the grammars inside the native chain (see _build)
+        self._n_checks = 0
         self._keeps_top: list[bool] = []  # per sampler: it never changes which token is the most likely
         self._argmax_picks = False  # greedy last, after samplers that all keep the most likely token
 
@@ -294,9 +338,15 @@ class SamplerChain(LlamaSampler):
             for sampler in made:
                 lib.llama_sampler_free(sampler)
             raise
+        # Grammars inside the native chain (not owned here): each pick is checked against them before they
+        # accept it (see llamaplug_pick_checked).
+        inner = [ptr for name, ptr in zip(self.names, made) if name in GRAMMARS]
         if self.names[0] in GRAMMARS and len(made) > 1:
-            # Sampled apart, the way llama.cpp's common sampler does (see llamaplug_sampler_sample_grammar).
+            # Sampled apart, the way llama.cpp's common sampler does (see llamaplug_sample_grammar_checked).
             self._grammar = LlamaSampler(made.pop(0), self.names[0])
+            inner.pop(0)
+        self._checks = ffi.new("struct llama_sampler *[]", inner) if inner else ffi.NULL
+        self._n_checks = len(inner)
         params = lib.llama_sampler_chain_default_params()
         params.no_perf = self._no_perf
         ptr = lib.llama_sampler_chain_init(params)
@@ -366,9 +416,10 @@ class SamplerChain(LlamaSampler):
 
     def _sample_native(self, ptr: Any, raw_ctx: Any, idx: int, cands: Any, out: Any) -> int:
         if self._grammar is None:
-            return super()._sample_native(ptr, raw_ctx, idx, cands, out)
-        return int(lib.llamaplug_sampler_sample_grammar(self._grammar._ptr, ptr, raw_ctx, idx, cands, len(cands),
-                                                        out))
+            return int(lib.llamaplug_sample_checked(ptr, self._checks, self._n_checks, raw_ctx, idx, cands,
+                                                    len(cands), out))
+        return int(lib.llamaplug_sample_grammar_checked(self._grammar._ptr, ptr, self._checks, self._n_checks,
+                                                        raw_ctx, idx, cands, len(cands), out))
 
     def _describe(self) -> str:
         return f"chain {' -> '.join(self.names)}" + (" -> dist (appended)" if self._auto_dist else "")
@@ -384,7 +435,11 @@ class SamplerChain(LlamaSampler):
                 "build a new chain", field="sampler")
         if self._built:
             assert self._target is not None
-            lib.llama_sampler_chain_add(self._ptr, _native(make(self._target)))
+            added = _native(make(self._target))
+            lib.llama_sampler_chain_add(self._ptr, added)
+            if name in GRAMMARS:
+                inner = [self._checks[i] for i in range(self._n_checks)] + [added]
+                self._checks, self._n_checks = ffi.new("struct llama_sampler *[]", inner), len(inner)
         else:
             self._parts.append(make)
         self._argmax_picks = name == "greedy" and all(self._keeps_top)

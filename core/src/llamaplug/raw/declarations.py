@@ -68,6 +68,14 @@ void llamaplug_chat_stream_free(void *);
 char * llamaplug_chat_stream_update(void *, const char *, int, char **);
 char * llamaplug_json_schema_to_grammar(const char *, char **);
 int llamaplug_chat_grammar_prefill(struct llama_sampler *, const llama_token *, size_t, char **);
+/* core/native/sampler_shim.cpp, in libllamaplug-common: the sampler calls that can throw, caught (nonzero or NULL;
+   the message of this thread's last failure from llamaplug_sampler_last_error). */
+const char * llamaplug_sampler_last_error(void);
+int llamaplug_sampler_apply_checked(struct llama_sampler *, llama_token_data_array *);
+int llamaplug_sampler_accept_checked(struct llama_sampler *, llama_token);
+int llamaplug_sampler_reset_checked(struct llama_sampler *);
+struct llama_sampler * llamaplug_sampler_init_grammar_checked(const struct llama_vocab *, const char *, const char *,
+                                                             int, const char **, size_t, const llama_token *, size_t);
 struct llama_sampler * llamaplug_reasoning_budget_new(const struct llama_vocab *, const llama_token *, size_t,
                                                      const llama_token *, const size_t *, size_t, const llama_token *,
                                                      size_t, int32_t, const llama_token *, size_t, char **);
@@ -80,10 +88,11 @@ static void llamaplug_log_set_min(int);
 static int llamaplug_install_sigint(void);
 static bool llamaplug_abort_on_interrupt(void *);
 static int llamaplug_take_interrupt(void);
-static int llamaplug_sampler_sample(struct llama_sampler *, struct llama_context *, int32_t, llama_token_data *,
-                                    size_t, llama_token *);
-static int llamaplug_sampler_sample_grammar(struct llama_sampler *, struct llama_sampler *, struct llama_context *,
-                                            int32_t, llama_token_data *, size_t, llama_token *);
+static int llamaplug_sample_checked(struct llama_sampler *, struct llama_sampler **, size_t, struct llama_context *,
+                                    int32_t, llama_token_data *, size_t, llama_token *);
+static int llamaplug_sample_grammar_checked(struct llama_sampler *, struct llama_sampler *, struct llama_sampler **,
+                                            size_t, struct llama_context *, int32_t, llama_token_data *, size_t,
+                                            llama_token *);
 """ + NATIVE_SHIMS + """"""
 C_HELPERS_SOURCE = """
 #include "ggml-cpu.h"
@@ -186,66 +195,87 @@ static int llamaplug_fill_candidates(struct llama_context * ctx, int32_t idx, ll
     return 0;
 }
 
-/* Apply, then the checks llama_sampler_sample GGML_ASSERTs: 1 = nothing selected, 4 = the selected
-   candidate was removed (logit -inf or NaN: every token was masked). */
-static int llamaplug_pick(struct llama_sampler * first, struct llama_sampler * smpl, llama_token_data * buf,
-                          size_t n, llama_token * out) {
+/* The statuses of the sampling helpers below, where llama_sampler_sample would GGML_ASSERT or a C++ exception
+   would cross these C frames (either ends the process): 1 = no sampler selected a candidate, 2 = no logits at idx,
+   3 = more candidates than `cap`, 4 = the selected candidate was removed (logit -inf or NaN: every token was
+   masked), 5 = a grammar refuses the selected token (*out), 6 = a sampler's apply threw, 7 = the grammar's accept
+   of *out threw, 8 = the chain's accept of *out threw (6-8: llamaplug_sampler_last_error has llama.cpp's message;
+   the samplers that had accepted *out keep it). */
+
+/* The token `tok` as a grammar would take it: 0 when `g` allows it (a lazy grammar awaiting its trigger allows
+   everything), 5 when it refuses, 6 when its apply threw. Applying a grammar reads its state, never changes it. */
+static int llamaplug_grammar_allows(struct llama_sampler * g, llama_token tok) {
+    llama_token_data single = { tok, 1.0f, 0.0f };
+    llama_token_data_array one = { &single, 1, -1, false };
+    if (llamaplug_sampler_apply_checked(g, &one)) return 6;
+    return single.logit > -INFINITY ? 0 : 5;
+}
+
+/* Apply (`first`, then `smpl`), then the checks llama_sampler_sample GGML_ASSERTs, then the pick against each
+   of the `n_checks` grammars inside `smpl`: a sampler after one of them may have raised a token it masked, and
+   accepting a token a grammar refuses throws (or, for an end-of-generation token, aborts). */
+static int llamaplug_pick_checked(struct llama_sampler * first, struct llama_sampler * smpl,
+                                  struct llama_sampler ** checks, size_t n_checks, llama_token_data * buf,
+                                  size_t n, llama_token * out) {
     llama_token_data_array cur = { buf, n, -1, false };
-    if (first) llama_sampler_apply(first, &cur);
-    llama_sampler_apply(smpl, &cur);
+    if (first && llamaplug_sampler_apply_checked(first, &cur)) return 6;
+    if (llamaplug_sampler_apply_checked(smpl, &cur)) return 6;
     if (cur.selected < 0 || cur.selected >= (int64_t) cur.size) return 1;
     if (!(cur.data[cur.selected].logit > -INFINITY)) return 4;
     *out = cur.data[cur.selected].id;
+    for (size_t i = 0; i < n_checks; i++) {
+        int status = llamaplug_grammar_allows(checks[i], *out);
+        if (status) return status;
+    }
     return 0;
 }
 
-/* llama_sampler_sample of the pin, with a status where it would GGML_ASSERT (abort the process):
-   1 = no sampler selected a candidate, 2 = no logits at idx, 3 = more candidates than `cap`,
-   4 = the selected candidate was removed. `buf` is the caller's candidate buffer, reused across calls. */
-static int llamaplug_sampler_sample(struct llama_sampler * smpl, struct llama_context * ctx, int32_t idx,
-                                    llama_token_data * buf, size_t cap, llama_token * out) {
+/* llama_sampler_sample of the pin, with a status where it would abort (see above). `buf` is the caller's
+   candidate buffer, reused across calls; `checks`: the grammars inside `smpl` (not owned). */
+static int llamaplug_sample_checked(struct llama_sampler * smpl, struct llama_sampler ** checks, size_t n_checks,
+                                    struct llama_context * ctx, int32_t idx, llama_token_data * buf, size_t cap,
+                                    llama_token * out) {
     const llama_token sampled = llama_get_sampled_token_ith(ctx, idx);
     if (sampled != LLAMA_TOKEN_NULL) {
-        llama_sampler_accept(smpl, sampled);
         *out = sampled;
-        return 0;
+        return llamaplug_sampler_accept_checked(smpl, sampled) ? 8 : 0;
     }
     size_t n;
     int status = llamaplug_fill_candidates(ctx, idx, buf, cap, &n);
     if (status) return status;
-    status = llamaplug_pick(NULL, smpl, buf, n, out);
+    status = llamaplug_pick_checked(NULL, smpl, checks, n_checks, buf, n, out);
     if (status) return status;
-    llama_sampler_accept(smpl, *out);
-    return 0;
+    return llamaplug_sampler_accept_checked(smpl, *out) ? 8 : 0;
 }
 
 /* The same for a grammar and the chain after it, as llama.cpp's common sampler does it: the chain
    picks from the unconstrained candidates, and only when the grammar refuses that token are the
    candidates rebuilt, the grammar applied to all of them and the chain run again. Checking one
-   token instead of the whole vocabulary is what makes constrained generation cheap. */
-static int llamaplug_sampler_sample_grammar(struct llama_sampler * grammar, struct llama_sampler * smpl,
+   token instead of the whole vocabulary is what makes constrained generation cheap. The second pick
+   is checked against the grammar too (a sampler of the chain may raise a token the grammar masked),
+   so the grammar only ever accepts a token it allows; a lazy grammar may still throw at its trigger
+   (the buffered text is parsed then), which is status 7. */
+static int llamaplug_sample_grammar_checked(struct llama_sampler * grammar, struct llama_sampler * smpl,
+                                            struct llama_sampler ** checks, size_t n_checks,
                                             struct llama_context * ctx, int32_t idx, llama_token_data * buf,
                                             size_t cap, llama_token * out) {
     size_t n;
     int status = llamaplug_fill_candidates(ctx, idx, buf, cap, &n);
     if (status) return status;
-    if (llamaplug_pick(NULL, smpl, buf, n, out) == 0) {
-        llama_token_data single = { *out, 1.0f, 0.0f };
-        llama_token_data_array one = { &single, 1, -1, false };
-        llama_sampler_apply(grammar, &one);
-        if (single.logit > -INFINITY) {
-            llama_sampler_accept(grammar, *out);
-            llama_sampler_accept(smpl, *out);
-            return 0;
-        }
+    status = llamaplug_pick_checked(NULL, smpl, checks, n_checks, buf, n, out);
+    if (status == 6) return status;
+    if (status == 0) status = llamaplug_grammar_allows(grammar, *out);
+    if (status == 6) return status;
+    if (status) {
+        status = llamaplug_fill_candidates(ctx, idx, buf, cap, &n);
+        if (status) return status;
+        status = llamaplug_pick_checked(grammar, smpl, checks, n_checks, buf, n, out);
+        if (status) return status;
+        status = llamaplug_grammar_allows(grammar, *out);
+        if (status) return status;
     }
-    status = llamaplug_fill_candidates(ctx, idx, buf, cap, &n);
-    if (status) return status;
-    status = llamaplug_pick(grammar, smpl, buf, n, out);
-    if (status) return status;
-    llama_sampler_accept(grammar, *out);
-    llama_sampler_accept(smpl, *out);
-    return 0;
+    if (llamaplug_sampler_accept_checked(grammar, *out)) return 7;
+    return llamaplug_sampler_accept_checked(smpl, *out) ? 8 : 0;
 }
 """
 
