@@ -119,7 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                              penalty_repeat=args.repeat_penalty, seed=args.seed)
     sys.stdout.write(args.prompt)
     final = None
-    with SamplerChain.from_params(sampling) as sampler:
+    # closed on the way out, Ctrl-C too: the engine's thread stops before the interpreter does
+    with llama, SamplerChain.from_params(sampling) as sampler:
         for chunk in llama.create_completion(args.prompt, max_tokens=args.n_predict, sampler=sampler,
                                              stop=args.stop, stream=True):
             sys.stdout.write(chunk.text)
@@ -132,7 +133,6 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"generated {t.predicted_tokens} tokens {t.predicted_per_second:.1f} t/s"
               + (f", drafted {t.drafted_tokens} accepted {t.accepted_tokens}" if t.drafted_tokens else ""),
               file=sys.stderr)
-    llama.close()
     return 0
 
 
@@ -371,11 +371,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     options = {**uvicorn_options(args.max_header_kib * 1024), "log_level": "info" if args.verbose else "warning",
                "access_log": False, "log_config": None}
     _started()
+    # SIGTERM or Ctrl-C: running requests get --shutdown-timeout seconds, then end with an error event (shutdown.py)
+    grace = args.shutdown_timeout
     for sock in bound:  # connections wait in the backlog from now until uvicorn's loop accepts them
         sock.listen(2048)  # uvicorn's backlog
     serve_log.listening(bound, args.api_key)
     began = time.monotonic()
-    serve_on(app, bound, **options)
+    serve_on(app, bound, grace=grace, **options)
     return 0
 
 

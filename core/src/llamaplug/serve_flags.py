@@ -220,6 +220,10 @@ def add_llama_server_flags(serve: argparse.ArgumentParser) -> None:
         serve.add_argument("--webui", "--ui", dest="webui", action=argparse.BooleanOptionalAction, default=True,
                            help="the chat page at / (default: on; --no-webui: / and the page's files answer 404, "
                                 "as llama-server's)")
+    if "--shutdown-timeout" not in have:
+        serve.add_argument("--shutdown-timeout", type=_seconds, default=5.0, metavar="SECONDS",
+                           help="on SIGTERM or Ctrl-C, how long running requests may go on before their streams "
+                                "end with an error event (default 5; a second signal ends them at once)")
     have = set(serve._option_string_actions)  # noqa: SLF001
     for flag in sorted(LLAMA_SERVER_FLAGS - have):
         serve.add_argument(flag, action=_Refused, dest=f"_refused_{flag.lstrip('-')}")
@@ -245,6 +249,13 @@ def _add_http_flags(serve: argparse.ArgumentParser, have: set[str]) -> None:
     serve.add_argument("--slots", dest="endpoint_slots", action=argparse.BooleanOptionalAction, default=True,
                        help="serve GET/POST /slots (--no-slots: 501, as llama-server)")
     serve.add_argument("--tags", metavar="TAGS", help="the model's tags, comma-separated (shown in /v1/models)")
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # (NaN too)
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds >= 0")
+    return value
 
 
 class _FromEnvironment(list):  # type: ignore[type-arg]

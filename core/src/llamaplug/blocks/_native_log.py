@@ -59,6 +59,11 @@ def _filter_in_c() -> None:
 _captures: list[list[str]] = []
 _listeners: list[Callable[[int, str], None]] = []
 
+# llama.cpp's error lines for a decode the abort callback stopped (ggml's status 1 is ABORTED, llama_decode's 2):
+# that abort is always asked for here (Ctrl-C, Llama.cancel, an engine closing) and its caller is told (a
+# DecodeError with code 2, a KeyboardInterrupt), so they are debug lines, not errors on the terminal.
+_ABORTED = ("failed with error 1\n", "compute status: 1\n", "failed to decode, ret = 2\n")
+
 
 @contextlib.contextmanager
 def capture_errors() -> Iterator[list[str]]:
@@ -106,6 +111,8 @@ def silenced() -> Iterator[None]:
 @ffi.def_extern(onerror=_callback_errors.store)
 def _llamaplug_log_cb(level, text, user_data):  # noqa: ARG001 - C signature
     py_level = _state["level"] if level == _CONT else _GGML.get(level, logging.INFO)
+    if py_level == logging.ERROR and level != _CONT and ffi.string(text).decode("utf-8", "replace").endswith(_ABORTED):
+        py_level = logging.DEBUG
     if _listeners:
         said = ffi.string(text).decode("utf-8", "replace")
         for fn in _listeners:

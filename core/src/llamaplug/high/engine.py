@@ -91,6 +91,7 @@ class Engine:
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._closing = ClosedError("this Llama was closed while the request ran")  # what running jobs end with
         self._turn = 0  # which prefilling slot goes first, so long prompts share the room fairly
         self._stepping = threading.Lock()  # held by the worker for each step; `idle` takes it between steps
         self._epoch = context.epoch  # the context's epoch after the engine's own last change
@@ -141,9 +142,11 @@ class Engine:
                     self._ctx.abort()
             self._cv.notify()
 
-    def close(self) -> None:
-        """Stop the worker (jobs still running end with ClosedError) and wait for it."""
+    def close(self, error: ClosedError | None = None) -> None:
+        """Stop the worker (jobs still running end with `error`, default a ClosedError) and wait for it."""
         with self._cv:
+            if error is not None and not self._closed:
+                self._closing = error
             self._closed = True
             self._cv.notify()
             thread = self._thread
@@ -182,7 +185,7 @@ class Engine:
             log.exception("the engine stopped")
             self._fail_all(exc)
             return
-        self._fail_all(ClosedError("this Llama was closed while the request ran"))
+        self._fail_all(self._closing)
 
     def _forget_if_touched(self) -> None:
         """The context was used outside the engine (a decode, a cache edit, an adapter or state change):

@@ -69,13 +69,15 @@ def _unix(path: str) -> socket.socket:
     return sock
 
 
-def serve_on(app: Any, bound: list[socket.socket], **options: Any) -> None:
-    """Serve `app` on the sockets `bound` (sockets()'s) until interrupted; they are closed after, unix socket
-    files removed. `options`: uvicorn.Config's others (the header cap, http_limits.uvicorn_options)."""
-    import uvicorn
+def serve_on(app: Any, bound: list[socket.socket], grace: float | None = None, **options: Any) -> None:
+    """Serve `app` on the sockets `bound` (sockets()'s) until stopped (shutdown.py; `grace`: its
+    --shutdown-timeout); they are closed after, unix socket files removed. `options`: uvicorn.Config's others
+    (http_limits.uvicorn_options)."""
+    from . import shutdown
 
     try:
-        uvicorn.Server(uvicorn.Config(app, **{"log_level": "warning", **options})).run(sockets=bound)
+        shutdown.serve(app, shutdown.DEFAULT_GRACE if grace is None else grace, sockets=bound,
+                       **{"log_level": "warning", **options})
     finally:
         for sock in bound:
             name = sock.getsockname() if sock.family == socket.AF_UNIX else None

@@ -1,0 +1,288 @@
+"""Stopping a busy server (issue 48): SIGTERM or Ctrl-C while clients stream.
+
+`llamaplug serve` stops accepting, lets running requests go on for --shutdown-timeout seconds, then ends every
+open stream with its API's in-stream error event and a complete HTTP body, and exits 0; a second signal skips
+the wait. Before: uvicorn waited for the streams without a limit (116 s: until the client gave up), ignored a
+second SIGTERM, and a second Ctrl-C left CancelledError tracebacks, truncated bodies, once a segfault.
+
+The same run against the pin's llama-server is printed beside ours (`pytest -s`), not asserted: it is the floor.
+`llamaplug run` and `llamaplug chat` interrupted mid-reply leave without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from llamaplug_testing import llamaplug_server
+from llamaplug_testing.servers import free_port
+
+THREADS = 1
+COUNT = "Count from 1 to 1000, one number a line."
+NUMBERS = "".join(f"{i}\n" for i in range(1, 9))  # a prompt `run` goes on counting from
+LONG = 900  # tokens: far more than any of these runs lets a stream produce
+
+# (family, path, body): two of each API family's streams, all long
+STREAMS = [
+    ("openai", "/v1/chat/completions", {"messages": [{"role": "user", "content": COUNT}], "stream": True,
+                                        "max_tokens": LONG}),
+    ("openai", "/v1/completions", {"prompt": COUNT, "stream": True, "max_tokens": LONG}),
+    ("native", "/completion", {"prompt": COUNT, "stream": True, "n_predict": LONG}),
+    ("anthropic", "/v1/messages", {"messages": [{"role": "user", "content": COUNT}], "stream": True,
+                                   "max_tokens": LONG}),
+    ("responses", "/v1/responses", {"input": COUNT, "stream": True, "max_output_tokens": LONG}),
+    ("ollama", "/api/chat", {"messages": [{"role": "user", "content": COUNT}], "options": {"num_predict": LONG}}),
+    ("ollama", "/api/generate", {"prompt": COUNT, "options": {"num_predict": LONG}}),
+    ("openai", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Count to 1000."}],
+                                        "stream": True, "max_tokens": LONG}),
+]
+ONLY_OPENAI = [s for s in STREAMS if s[0] in ("openai", "native")]  # what llama-server serves in all its shapes
+
+
+class Stream(threading.Thread):
+    """One streamed request over a raw socket: every byte until the server closes the connection."""
+
+    def __init__(self, port: int, family: str, path: str, body: dict):
+        super().__init__(daemon=True)
+        self.family, self.path = family, path
+        payload = json.dumps({"model": "m", "temperature": 0, **body}).encode()
+        self.request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=180)
+        self.data = b""
+        self.ended: float | None = None
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            self.sock.sendall(self.request)
+            while chunk := self.sock.recv(65536):
+                self.data += chunk
+        except OSError as exc:
+            self.error = repr(exc)
+        self.ended = time.monotonic()
+        self.sock.close()
+
+    def streaming(self) -> bool:
+        """Whether a few chunks of the body came (the reply is being generated)."""
+        return self.data.partition(b"\r\n\r\n")[2].count(b"\r\n") >= 8
+
+    def outcome(self) -> tuple[bool, str]:
+        """(the HTTP body was whole: its last chunk came; the last event of the stream)."""
+        head, _, raw = self.data.partition(b"\r\n\r\n")
+        body, whole = _dechunk(raw) if b"chunked" in head.lower() else (raw, False)
+        text = body.decode(errors="replace").strip()
+        if self.family == "ollama":
+            return whole, text.splitlines()[-1] if text else ""
+        events = [e for e in text.split("\n\n") if e.strip()]
+        if events and events[-1].strip() == "data: [DONE]":
+            return whole, events[-2] + "\n" + events[-1] if len(events) > 1 else events[-1]
+        return whole, events[-1] if events else ""
+
+
+def _dechunk(data: bytes) -> tuple[bytes, bool]:
+    out, i = b"", 0
+    while True:
+        j = data.find(b"\r\n", i)
+        if j < 0:
+            return out, False
+        size = int(data[i:j].split(b";")[0] or b"0", 16)
+        if size == 0:
+            return out, True
+        piece = data[j + 2:j + 2 + size]
+        out += piece
+        if len(piece) < size:
+            return out, False
+        i = j + 2 + size + 2
+
+
+def ended_with_error_event(family: str, last: str) -> bool:
+    """Whether `last` (Stream.outcome's) is the family's in-stream error event."""
+    if family == "anthropic":
+        return last.startswith("event: error\n") and json.loads(last.split("data: ", 1)[1])["type"] == "error"
+    if family == "responses":
+        return last.startswith("event: error\n") and json.loads(last.split("data: ", 1)[1])["type"] == "error"
+    if family == "ollama":
+        return "error" in json.loads(last)
+    lines = last.splitlines()
+    if family == "openai":  # the error, then [DONE]
+        return len(lines) == 2 and lines[1] == "data: [DONE]" and "error" in json.loads(lines[0][6:])
+    return "error" in json.loads(lines[-1][6:])  # native: no [DONE]
+
+
+def open_streams(port: int, which: list[tuple[str, str, dict]]) -> list[Stream]:
+    streams = [Stream(port, *s) for s in which]
+    for s in streams:
+        s.start()
+    deadline = time.monotonic() + 120
+    while not all(s.streaming() for s in streams):
+        assert time.monotonic() < deadline, [s.data[-300:] for s in streams if not s.streaming()]
+        assert all(s.ended is None for s in streams), [(s.path, s.data[-300:]) for s in streams if s.ended]
+        time.sleep(0.1)
+    return streams
+
+
+def stop(proc: subprocess.Popen, signals: list[tuple[float, int]], streams: list[Stream]) -> dict:
+    """Send each (delay, signal) after the one before; how the process and the streams ended."""
+    start = time.monotonic()
+    for delay, sig in signals:
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+    try:
+        code = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = "killed after 120 s"
+    exited = time.monotonic() - start
+    for s in streams:
+        s.join(timeout=30)
+    return {"exit_s": round(exited, 2), "code": code,
+            "streams": [(s.path, *s.outcome(), None if s.ended is None else round(s.ended - start, 2), s.error)
+                        for s in streams]}
+
+
+def assert_clean(result: dict, stderr: str, within: float) -> None:
+    assert result["code"] == 0, (result, stderr[-3000:])
+    assert result["exit_s"] < within, result
+    for (path, whole, last, _, error), s in zip(result["streams"], result["family"]):
+        assert whole and error is None, (path, result)  # the body's last chunk came: not cut
+        assert ended_with_error_event(s, last), (path, last)
+    for bad in ("Traceback", "CancelledError", "Segmentation", "Aborted", "core dumped", "failed to decode"):
+        assert bad not in stderr, stderr[-3000:]
+
+
+def serve(smollm2_path, *extra: str):
+    return llamaplug_server(smollm2_path, "--alias", "m", "-np", "8", "-c", "8192", *extra)
+
+
+def test_one_ctrl_c_ends_every_stream_after_the_timeout(smollm2_path):
+    sig = signal.SIGINT
+    with serve(smollm2_path, "--shutdown-timeout", "1") as (port, proc):
+        streams = open_streams(port, STREAMS)
+        result = stop(proc, [(0, sig)], streams)
+        result["family"] = [s.family for s in streams]
+        refused = _refused(port)
+        stderr = proc.stderr.read()
+    print(f"\nllamaplug serve, 8 streams, one {sig.name}, --shutdown-timeout 1: exit {result['code']} after "
+          f"{result['exit_s']} s; streams: {result['streams']}")
+    assert_clean(result, stderr, within=10)
+    assert result["exit_s"] > 0.9  # the running requests had their second
+    assert refused
+
+
+def test_a_second_signal_does_not_wait_for_the_timeout(smollm2_path):
+    with serve(smollm2_path, "--shutdown-timeout", "60") as (port, proc):
+        streams = open_streams(port, STREAMS)
+        result = stop(proc, [(0, signal.SIGTERM), (0.5, signal.SIGINT)], streams)
+        result["family"] = [s.family for s in streams]
+        stderr = proc.stderr.read()
+    print(f"\nllamaplug serve, 8 streams, SIGTERM then SIGINT 0.5 s later (--shutdown-timeout 60): exit "
+          f"{result['code']} after {result['exit_s']} s")
+    assert_clean(result, stderr, within=5)
+
+
+def test_requests_that_finish_within_the_timeout_finish_normally(smollm2_path):
+    short = ("openai", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "stream": True,
+                                                "max_tokens": 4})
+    with serve(smollm2_path, "--shutdown-timeout", "120") as (port, proc):
+        streams = [Stream(port, *short)]
+        streams[0].start()
+        time.sleep(0.05)
+        result = stop(proc, [(0, signal.SIGTERM)], streams)
+        stderr = proc.stderr.read()
+    (path, whole, last, ended, error), = result["streams"]
+    assert result["code"] == 0 and whole and error is None, (result, stderr[-2000:])
+    assert last.endswith("data: [DONE]") and '"finish_reason":"length"' in last.replace(" ", ""), last
+    assert result["exit_s"] < ended + 5, result  # left once the request was done, not after the timeout
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_llama_server_beside_it(native_tools, smollm2_path):
+    """The floor, printed: the pin's llama-server with the same 8 streams (its OpenAI and native shapes)."""
+    port = free_port()
+    proc = subprocess.Popen([str(native_tools / "llama-server"), "-m", str(smollm2_path), "--host", "127.0.0.1",
+                             "--port", str(port), "-t", str(THREADS), "-np", "8", "-c", "8192", "--jinja"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _healthy(port, proc)
+        streams = open_streams(port, ONLY_OPENAI * 2)
+        result = stop(proc, [(0, signal.SIGTERM)], streams)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    print(f"\nllama-server, {len(streams)} streams, one SIGTERM: exit {result['code']} after {result['exit_s']} s; "
+          "streams: " + "; ".join(f"{p} whole={w} ended at {e} s, last {last[-60:]!r}"
+                                  for p, w, last, e, _ in result["streams"]))
+
+
+def _healthy(port: int, proc: subprocess.Popen) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.3)
+
+
+# -- the terminal commands ---------------------------------------------------------------------------------------
+def _cli_until_streaming(*args: str, stdin: bytes = b"", past: int) -> subprocess.Popen:
+    """The command, once it has written `past` bytes (its reply streaming)."""
+    proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", *args, "-n", str(LONG), "--temp", "0",
+                             "-c", "1024", "-t", str(THREADS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdin.write(stdin)
+    proc.stdin.flush()
+    os.set_blocking(proc.stdout.fileno(), False)
+    proc.seen = b""
+    deadline = time.monotonic() + 120
+    while len(proc.seen) < past:
+        assert proc.poll() is None and time.monotonic() < deadline, (proc.seen, proc.stderr.read1())
+        proc.seen += proc.stdout.read() or b""
+        time.sleep(0.05)
+    os.set_blocking(proc.stdout.fileno(), True)
+    return proc
+
+
+def _quiet(err: bytes) -> None:
+    for bad in (b"Traceback", b"Segmentation", b"failed to decode", b"Aborted"):
+        assert bad not in err, err[-2000:]
+
+
+def test_run_interrupted_mid_reply_leaves_without_a_traceback(smollm2_path):
+    proc = _cli_until_streaming("run", str(smollm2_path), NUMBERS, past=len(NUMBERS) + 20)
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])  # 128 + SIGINT, as a shell reports it
+    _quiet(err)
+    assert time.monotonic() - start < 5
+
+
+def test_chat_interrupted_mid_reply_stops_the_reply_and_leaves_cleanly(smollm2_path):
+    proc = _cli_until_streaming("chat", str(smollm2_path), stdin=COUNT.encode() + b"\n", past=20)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C stops the reply; the chat goes on
+    proc.stdin.write(b"/bye\n")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, (proc.returncode, err[-2000:])
+    assert b"(stopped)" in proc.seen + out
+    _quiet(err)
