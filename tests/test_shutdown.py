@@ -203,6 +203,23 @@ def test_requests_that_finish_within_the_timeout_finish_normally(smollm2_path):
     assert result["exit_s"] < ended + 5, result  # left once the request was done, not after the timeout
 
 
+def test_an_idle_server_stops_at_once_and_exits_0(smollm2_path):
+    """QA: 2.2 s and exit 143 (uvicorn raised the signal again once it had stopped)."""
+    with llamaplug_server(smollm2_path) as (port, proc):
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+        took = time.monotonic() - start
+        stderr = proc.stderr.read()
+    assert code == 0 and took < 2, (code, took, stderr[-2000:])
+
+
+def test_the_timeout_is_a_number_of_seconds():
+    done = subprocess.run([sys.executable, "-m", "llamaplug.cli", "serve", "--shutdown-timeout", "-1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--shutdown-timeout: -1 is not a number of seconds >= 0" in done.stderr, done
+
+
 def _refused(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
