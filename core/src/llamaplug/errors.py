@@ -168,6 +168,14 @@ class ClosedError(LlamaError):
     """
 
 
+class RequestCancelledError(LlamaError):
+    """The work of a request was stopped because its caller cancelled it (an HTTP client that went away).
+
+    Raised inside the worker that renders, tokenizes or embeds a request, at its next check between steps
+    (`blocks.cancellation`), so that a request nobody waits for stops costing CPU and memory. Nothing to fix.
+    """
+
+
 class StateError(LlamaError):
     """A context state could not be saved or restored.
 

@@ -20,7 +20,7 @@ from ..errors import (
 from ..params import ContextParams, ModelParams, SamplerParams
 from ..plugins import pm
 from ..raw import ffi, lib
-from . import _callback_errors, _native_log, fitting
+from . import _callback_errors, _native_log, fitting, long_text
 from ._handle import NativeHandle
 from ._text import encode_text, read_string
 from .backend import LlamaBackend
@@ -91,6 +91,7 @@ class LlamaModel(NativeHandle):
         # token: a dict hit costs less than the C call, its buffer and the checks.
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
+        self._special_texts: list[tuple[bytes, int]] | None = None  # for long texts (long_text.py), on first use
         self._byte_gaps = header.byte_gaps if int(lib.llama_vocab_type(self._vocab)) == lib.LLAMA_VOCAB_TYPE_SPM \
             else None
         self._tokenizer: Any = None
@@ -142,6 +143,17 @@ class LlamaModel(NativeHandle):
                 raise InvalidParameterError(
                     f"{self.path.name}'s vocabulary can spell neither {ch!r} nor its bytes "
                     "(llama.cpp would abort the process)", field="text")
+        if len(data) >= long_text.MIN_BYTES and not long_text.whole_only(self._vocab, add_bos):
+            # llama.cpp's cost grows with the square of the special texts in one call (long_text.py)
+            if self._special_texts is None:
+                self._special_texts = long_text.special_texts(self._vocab, self.n_vocab)
+            offsets = long_text.cuts(data, self._special_texts, special)
+            if offsets:
+                return long_text.tokenize_pieces(lambda piece, add: self._tokenize(piece, add, special), data,
+                                                 offsets, add_bos)
+        return self._tokenize(data, add_bos, special)
+
+    def _tokenize(self, data: bytes, add_bos: bool, special: bool) -> list[int]:
         n_max = len(data) + 2 * int(add_bos) + 1
         buf = ffi.new("llama_token[]", n_max)
         n = lib.llama_tokenize(self._vocab_ptr, data, len(data), buf, n_max, add_bos, special)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from .. import plugins
+from ..blocks.cancellation import checkpoint
 from ..blocks.chat_builtin import builtin_names
 from ..blocks.chat_layer import REASONING_FORMATS, ChatReplyParser, ChatTemplates, parser_params
 from ..blocks.chat_layer import parse_reply as parse_text
@@ -129,6 +130,8 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
         raise InvalidParameterError("messages must be a non-empty list", field="messages")
     out = []
     for i, m in enumerate(messages):
+        if not i % 1024:
+            checkpoint()  # a request whose client left stops here (a server's worker thread)
         if isinstance(m, BaseModel):
             m = m.model_dump(exclude_none=True)
         if not isinstance(m, dict):
@@ -395,7 +398,9 @@ def plan_chat(llama: Llama, spec: ChatSpec, messages: list[dict[str, Any]] | Non
     """Render `spec` with llama.cpp's chat layer (messages: the checked, flattened ones, when not spec's)."""
     request, names = chat_request(spec, messages if messages is not None else check_messages(spec.messages))
     templates = chat_templates(llama.model, spec.chat_template)
+    checkpoint()
     params = templates.apply(request)
+    checkpoint()
     if names and request["tool_choice"] != "none" and not templates.info["caps"].get("supports_tool_calls") \
             and params["prompt"] == templates.apply(_without_tools(request))["prompt"]:
         # A template that can neither describe tools nor write a call: llama.cpp's chat layer (so llama-server)

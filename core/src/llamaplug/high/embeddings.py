@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..blocks.batch import LlamaBatch
+from ..blocks.cancellation import checkpoint
 from ..blocks.context import LlamaContext
 from ..blocks.model import LlamaModel
 from ..errors import ContextOverflowError, InvalidParameterError
@@ -68,6 +69,7 @@ def embed(llama: Llama, texts: Any, normalize: bool = True, pooling: Any = None,
         raise InvalidParameterError("this model pools by rank (a reranker): use rerank, not embed", field="pooling")
     tokenized = []
     for i, text in enumerate(texts):
+        checkpoint()  # a request whose client left stops here (a server's worker thread), as between decodes
         if not isinstance(text, str):
             raise InvalidParameterError(f"texts[{i}] must be a string, got {type(text).__name__}",
                                         field=f"texts[{i}]")
@@ -136,6 +138,7 @@ def _run(llama: Llama, ctx: LlamaContext, tokenized: list[list[int]], kind: Pool
     encoder_only = _encoder_only(llama.model)
 
     def flush() -> None:
+        checkpoint()
         ctx.clear_cache()
         (ctx.encode if encoder_only else ctx.decode)(batch)
         row = 0
