@@ -367,6 +367,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # a line per request, ours (uvicorn's has no duration), and the last line once the app's shutdown is done
     app.add_middleware(AccessLog, stopped=lambda: serve_log.stopped(time.monotonic() - began,
                                                                     app.state.metrics.http_requests))
+    from .server.request_limits import RequestLimits
+
+    app.state.request_limits = RequestLimits(args.max_messages, args.max_chars, args.max_inputs)
     # uvicorn's loggers go to the handler serve_log set up (log_config None: uvicorn leaves logging alone)
     options = {**uvicorn_options(args.max_header_kib * 1024), "log_level": "info" if args.verbose else "warning",
                "access_log": False, "log_config": None}
@@ -697,6 +700,14 @@ def parser() -> argparse.ArgumentParser:
                        help="largest request body; a longer one is a 413 (default 8)")
     serve.add_argument("--max-header-kib", type=_positive, default=64, metavar="KIB",
                        help="largest request line and headers; longer is a 431 and the connection closes (default 64)")
+    serve.add_argument("--max-messages", type=_positive, default=10_000, metavar="N",
+                       help="most messages in one chat request (Responses: input items); more is a 400 (default "
+                            "10000)")
+    serve.add_argument("--max-chars", type=_positive, default=4 * 2**20, metavar="N",
+                       help="most characters of text in one chat or embedding request; more is a 400 (default "
+                            "4194304)")
+    serve.add_argument("--max-inputs", type=_positive, default=2048, metavar="N",
+                       help="most inputs in one embedding request; more is a 400 (default 2048, OpenAI's)")
     serve.add_argument("-ngl", "--n-gpu-layers", default="auto")
     serve.add_argument("--rpc", action="append", default=[], metavar="HOST:PORT",
                        help="an RPC server (`llamaplug rpc-server`) whose devices hold layers (repeatable, or "

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from ..blocks.cancellation import CancelFlag
 from ..errors import LlamaError
 from .dialects import OPENAI, named_event
 from .errors import ApiError
@@ -49,11 +51,33 @@ async def _named(events: AsyncIterator[tuple[str, str]], error: Callable[[LlamaE
         yield error(exc)
 
 
-async def off_loop(work: Callable[[], T]) -> T:
+async def off_loop(work: Callable[[], T], request: Request | None = None) -> T:
     """`work()` in a worker thread: what a request costs before the engine (tokenizing, the chat template,
     a grammar) grows with the request, and on the event loop one long prompt stalled every other client,
-    /health included, for seconds."""
-    return await asyncio.to_thread(work)
+    /health included, for seconds.
+
+    With `request`, the work stops when its client goes away: the work's CancelFlag is set, and it
+    raises at its next check between steps (a piece of a long text tokenized, 1024 messages checked, an
+    input embedded), which this waits for, so its thread and memory are free when this raises the 499. An
+    abandoned 3 MB chat otherwise rendered and tokenized on for minutes, holding a worker thread and
+    hundreds of MB.
+    """
+    if request is None:
+        return await asyncio.to_thread(work)
+    flag = CancelFlag()
+    task = asyncio.ensure_future(asyncio.to_thread(flag.run, work))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # (also when this request's own task is cancelled: a server shutting down)
+        gone.cancel()
+        if not task.done():
+            flag.cancel()
+    if task not in done:
+        with contextlib.suppress(Exception):  # RequestCancelledError, or what it met before its next check
+            await asyncio.shield(task)  # the work ends at its next check (its result, if it won, is dropped)
+        raise ApiError(499, "the client went away")
+    return task.result()
 
 
 async def unless_gone(request: Request, work: Awaitable[T]) -> T:

@@ -25,6 +25,7 @@ from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES, ApiError
 from ..registry import Served
 from ..request_fields import grammar_text, logit_bias, progress, token_entry
+from ..request_limits import check_messages
 from ..schemas import ChatReply, ChatRequest, InputTokens
 from ..streaming import off_loop, sse, unless_gone
 from .messages import prompt_tokens
@@ -38,6 +39,7 @@ async def chat(body: ChatRequest, request: Request,
                served: Annotated[Served, Depends(served_model(ChatRequest))]) -> Any:
     llama = served.llama
     check_fields(body)
+    check_messages(request, body.messages, "messages")
     limit = token_limit(request, body.max_completion_tokens if body.max_completion_tokens is not None
                         else body.max_tokens)
     n_logprobs = _n_logprobs(body)
@@ -69,7 +71,7 @@ async def chat(body: ChatRequest, request: Request,
             raise
         return jobs, plan
 
-    jobs, plan = await off_loop(build)
+    jobs, plan = await off_loop(build, request)
     # llama-server's debug field: each reply as /completion would write it
     settings = generation_settings(sampling, -1 if limit is None else limit, body.stop, body.stream) \
         if body.verbose else None
@@ -165,10 +167,11 @@ def _chunk(out: ChatCompletionChunk, index: int, extra: dict[str, Any] | None = 
 
 
 @router.post("/v1/chat/completions/input_tokens", response_model=InputTokens, responses=ERROR_RESPONSES)
-async def input_tokens(body: ChatRequest,
+async def input_tokens(body: ChatRequest, request: Request,
                        served: Annotated[Served, Depends(served_model(ChatRequest))]) -> InputTokens:
     """llama-server's count of the prompt a request would have (no generation, no context check)."""
-    return InputTokens(input_tokens=prompt_tokens(served, body))
+    check_messages(request, body.messages, "messages")
+    return InputTokens(input_tokens=await off_loop(lambda: prompt_tokens(served, body), request))
 
 
 # llama-server's spellings without /v1 (one operation each in the OpenAPI document).

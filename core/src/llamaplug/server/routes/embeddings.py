@@ -10,13 +10,14 @@ from __future__ import annotations
 import base64
 from typing import Annotated, Any
 
-from fastapi import Depends
+from fastapi import Depends, Request
 
 from ..deps import served_model
 from ..dialects import NATIVE, OPENAI
 from ..errors import ERROR_RESPONSES, ApiError
 from ..native_schemas import NativeEmbeddingRequest
 from ..registry import Served
+from ..request_limits import check_inputs
 from ..schemas import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 from ..streaming import off_loop
 
@@ -25,13 +26,18 @@ native_router = NATIVE.router()  # llama-server's own spellings: its error shape
 
 
 @router.post("/v1/embeddings", response_model=EmbeddingList, responses=ERROR_RESPONSES)
-async def embeddings(body: EmbeddingRequest, served: Annotated[Served, Depends(served_model(EmbeddingRequest))]
-                     ) -> Any:
+async def embeddings(body: EmbeddingRequest, request: Request,
+                     served: Annotated[Served, Depends(served_model(EmbeddingRequest))]) -> Any:
     texts = [body.input] if isinstance(body.input, str) else body.input
     if not texts:
         raise ApiError(400, "input is empty", param="input")
-    vectors = await served.allama.embed(texts, pooling=served.pooling)
-    n_tokens = await off_loop(lambda: sum(len(served.llama.tokenize(t)) for t in texts))
+    check_inputs(request, texts, "input")
+
+    def work() -> tuple[Any, int]:
+        vectors = served.llama.embed(texts, pooling=served.pooling)
+        return vectors, sum(len(served.llama.tokenize(t)) for t in texts)
+
+    vectors, n_tokens = await off_loop(work, request)  # stops between inputs when the client leaves
     data = [Embedding(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
     return EmbeddingList(data=data, model=served.id, usage=EmbeddingUsage(prompt_tokens=n_tokens,
                                                                           total_tokens=n_tokens))
@@ -44,13 +50,14 @@ def _encode(vector: Any, encoding: str) -> list[float] | str:
 
 
 @native_router.post("/embeddings", responses=ERROR_RESPONSES)
-async def native_embeddings(body: NativeEmbeddingRequest,
+async def native_embeddings(body: NativeEmbeddingRequest, request: Request,
                             served: Annotated[Served, Depends(served_model(NativeEmbeddingRequest))]) -> Any:
     given = body.content if body.content is not None else body.input
     texts = [given] if isinstance(given, str) else given
     if not texts:
         raise ApiError(400, '"content" must be a string or a non-empty list of strings', param="content")
-    vectors = await served.allama.embed(texts, pooling=served.pooling)
+    check_inputs(request, texts, "content" if body.content is not None else "input")
+    vectors = await off_loop(lambda: served.llama.embed(texts, pooling=served.pooling), request)
     return [{"index": i, "embedding": [_encode(v, "float")] if v.ndim == 1 else _encode(v, "float")}
             for i, v in enumerate(vectors)]
 

@@ -48,6 +48,7 @@ from ..dialects import ANTHROPIC
 from ..error_docs import error_responses
 from ..errors import ApiError
 from ..registry import Served
+from ..request_limits import check_messages
 from ..schemas import ChatRequest
 from ..streaming import named_sse, off_loop, unless_gone
 
@@ -59,6 +60,7 @@ router = ANTHROPIC.router()
 async def messages(body: MessagesRequest, request: Request,
                    served: Annotated[Served, Depends(served_model(MessagesRequest))]) -> Any:
     llama = served.llama
+    check_messages(request, body.messages, "messages", body.system)
     chat = as_chat_request(body)
 
     def build() -> tuple[Job, ChatPlan]:
@@ -69,7 +71,7 @@ async def messages(body: MessagesRequest, request: Request,
                         **served.chat_options(enable_thinking=body.enable_thinking(),
                                               reasoning_budget_tokens=body.thinking_budget()))
 
-    job, plan = await off_loop(build)
+    job, plan = await off_loop(build, request)
     ident = f"msg_{uuid.uuid4().hex[:24]}"
     if body.stream:
         return named_sse(_events(served, job, plan, ident), ANTHROPIC.stream_error)
@@ -88,10 +90,12 @@ async def messages(body: MessagesRequest, request: Request,
 
 @router.post("/v1/messages/count_tokens", response_model=TokenCount,
              responses=error_responses(ErrorBody, (400, 401, 404, 503)))
-async def count_tokens(body: CountTokensRequest,
+async def count_tokens(body: CountTokensRequest, request: Request,
                        served: Annotated[Served, Depends(served_model(CountTokensRequest))]) -> TokenCount:
     """The prompt's tokens, as the chat path renders it (llama-server's count: no generation, no context check)."""
-    return TokenCount(input_tokens=prompt_tokens(served, as_chat_request(body)))
+    check_messages(request, body.messages, "messages", body.system)
+    chat = as_chat_request(body)
+    return TokenCount(input_tokens=await off_loop(lambda: prompt_tokens(served, chat), request))
 
 
 def prompt_tokens(served: Served, chat: ChatRequest) -> int:

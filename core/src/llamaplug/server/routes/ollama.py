@@ -43,6 +43,7 @@ from ..ollama_schemas import (
     response_format,
 )
 from ..registry import ModelRegistry, Served, parse_keep_alive
+from ..request_limits import check_inputs, check_messages
 from ..streaming import off_loop, unless_gone
 from .ollama_models import ERRORS, ndjson, now, resolve
 
@@ -100,6 +101,7 @@ async def chat(body: ChatRequest, request: Request, lease: Annotated[Leased, Dep
     options = served.chat_options(enable_thinking=think if isinstance(think, bool) else None,
                                   reasoning_effort=think if isinstance(think, str) else None)
 
+    check_messages(request, body.messages, "messages")
     for i, m in enumerate(body.messages):
         if m.images:
             _check_images(served, body.model, f"messages[{i}].images")
@@ -109,7 +111,7 @@ async def chat(body: ChatRequest, request: Request, lease: Annotated[Leased, Dep
         return chat_job(llama, chat_messages(body.messages), limit, sampler, sampling.stop, body.tools or None,
                         body.tool_choice, response_format(body.format), own_sampler=True, **options)
 
-    job, plan = await off_loop(build)
+    job, plan = await off_loop(build, request)
     if body.stream:
         return _stream(_chat_lines(served, job, plan, body.model, lease, think))
     done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
@@ -155,7 +157,7 @@ async def generate(body: GenerateRequest, request: Request,
         messages = [Message(role="system", content=body.system)] if body.system else []
         messages.append(Message(role="user", content=prompt, images=body.images))
         job, _ = await off_loop(lambda: chat_job(llama, chat_messages(messages), limit, sampler, sampling.stop, None,
-                                                 None, form, own_sampler=True, **served.chat_options()))
+                                                 None, form, own_sampler=True, **served.chat_options()), request)
     if body.stream:
         return _stream(_generate_lines(served, job, body.model, lease))
     done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
@@ -164,11 +166,14 @@ async def generate(body: GenerateRequest, request: Request,
 
 
 @router.post("/api/embed", responses=ERRORS)
-async def embed(body: EmbedRequest, lease: Annotated[Leased, Depends(leased(EmbedRequest))]) -> Any:
+async def embed(body: EmbedRequest, request: Request, lease: Annotated[Leased, Depends(leased(EmbedRequest))]
+                ) -> Any:
     served = lease.served
     assert served is not None
     texts = [body.input] if isinstance(body.input, str) else body.input
-    vectors: Any = await served.allama.embed(texts, True, served.pooling, body.truncate) if texts else []
+    check_inputs(request, texts, "input")
+    vectors: Any = await off_loop(lambda: served.llama.embed(texts, True, served.pooling, body.truncate),
+                                  request) if texts else []
     out = []
     for v in vectors:
         v = np.asarray(v, dtype=np.float64)

@@ -31,6 +31,7 @@ from ..dialects import RESPONSES, named_event
 from ..errors import ERROR_RESPONSES, ApiError
 from ..registry import Served
 from ..request_fields import progress
+from ..request_limits import check_messages
 from ..responses_schemas import (
     FunctionCallItem,
     FunctionCallOut,
@@ -61,6 +62,7 @@ async def responses(body: ResponsesRequest, request: Request,
         raise ApiError(400, "previous_response_id is not supported: llamaplug keeps no responses; send the whole "
                             "conversation as input", param="previous_response_id", code="unsupported_parameter")
     llama = served.llama
+    check_messages(request, body.input if isinstance(body.input, list) else [body.input], "input", body.instructions)
     chat = as_chat_request(body)
     limit = token_limit(request, chat.max_tokens)
     effort = body.reasoning.effort if body.reasoning is not None else None
@@ -71,7 +73,7 @@ async def responses(body: ResponsesRequest, request: Request,
                         chat.response_format, own_sampler=True,
                         **served.chat_options(reasoning_effort=effort, parallel_tool_calls=body.parallel_tool_calls))
 
-    job, plan = await off_loop(build)
+    job, plan = await off_loop(build, request)
     reply = _Reply(served, body)
     if body.stream:
         return named_sse(_events(served, reply, job, plan), reply.error)
@@ -88,10 +90,12 @@ async def responses(body: ResponsesRequest, request: Request,
 
 
 @router.post("/v1/responses/input_tokens", response_model=InputTokens, responses=ERROR_RESPONSES)
-async def input_tokens(body: ResponsesRequest,
+async def input_tokens(body: ResponsesRequest, request: Request,
                        served: Annotated[Served, Depends(served_model(ResponsesRequest))]) -> InputTokens:
     """llama-server's count of the prompt a request would have (no generation, no context check)."""
-    return InputTokens(input_tokens=prompt_tokens(served, as_chat_request(body)))
+    check_messages(request, body.input if isinstance(body.input, list) else [body.input], "input", body.instructions)
+    chat = as_chat_request(body)
+    return InputTokens(input_tokens=await off_loop(lambda: prompt_tokens(served, chat), request))
 
 
 # llama-server's spelling without /v1 (one operation in the OpenAPI document).
