@@ -63,7 +63,7 @@ class Cors:
                             "and answers on a loopback address only requests that name it as localhost or "
                             "127.0.0.1 (a web page cannot reach it through a DNS name); --cors-origins names "
                             "other origins whose hosts may reach it, --api-key lifts the check")
-        if origin is not None and self.allow_origin(origin) is None and not _same_origin(origin, host):
+        if origin and self.allow_origin(origin) is None and not _same_origin(origin, host):
             return "origin", (f"requests from the web page origin {_short(origin)} are refused: this server has no "
                               "--api-key and takes browser requests only from loopback pages and from the origins "
                               "--cors-origins lists (--cors-origins \"*\" or --api-key opens it to any)")
