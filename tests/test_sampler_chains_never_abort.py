@@ -138,7 +138,7 @@ def chat_case(path, rng, how):
     tail = rng.choice(["", " and", " and more text", "</tool_call>", "\\n\\nDone."]) if how == "render" else ""
     tokens = model.tokenize(reply + tail, False, rng.random() < 0.5)[:40]
     if how == "random":
-        tokens = [rng.randrange(n_vocab) for _ in range(rng.randrange(1, 16))]
+        tokens = [rng.randrange(n_vocab) for _ in range(rng.randrange(1, 8))]
     chain = random_chain(rng, tokens)
     choice = rng.choice(["auto", "auto", "required", "none"])
     fn = lambda: consume(llama.create_chat_completion(
