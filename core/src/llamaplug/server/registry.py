@@ -39,6 +39,7 @@ from ..high.embeddings import default_pooling
 from ..high.engine import Engine
 from ..high.llama import Llama
 from ..high.requests import chat_job
+from ..high.template_probe import probe_chat_template
 from ..params import LlamaParams
 from . import durations
 from .api_error import ApiError
@@ -135,6 +136,18 @@ def warm_chat(llama: Llama) -> Llama:
         if job.own_sampler:
             job.sampler.close()
     return llama
+
+
+def check_template(llama: Llama, chat_template: str | None) -> None:
+    """The chat template `llama` will serve with, compiled and rendered once (high.template_probe): one that does
+    not compile or passes a bound of the renderer fails the load here, not a request; `llama` is closed then."""
+    if not isinstance(llama, Llama):  # a stand-in a loader gave (the registry's own tests): no template to try
+        return
+    try:
+        probe_chat_template(llama, chat_template)
+    except BaseException:
+        _close(llama)
+        raise
 
 
 class ModelRegistry:
@@ -324,6 +337,7 @@ class ModelRegistry:
         entry = self._entry(name)
         assert entry.spec is not None and entry.served is None
         llama = self._loader(entry.spec.params) if llama is None else warm_chat(llama)
+        check_template(llama, entry.spec.chat_template)
         entry.served = Served(entry.id, llama, entry.spec.pooling or _own_pooling(llama), entry.created,
                               entry.spec.chat_template, self.chat, entry.spec.sampling)
         entry.state = ModelState.LOADED
@@ -369,6 +383,7 @@ class ModelRegistry:
                 spec = entry.spec
                 log.info("loading %s (%s)", spec.id, spec.params.model_path)
                 llama = await asyncio.to_thread(self._loader, spec.params)
+                await asyncio.to_thread(check_template, llama, spec.chat_template)
                 entry.served = Served(spec.id, llama, spec.pooling or _own_pooling(llama), entry.created,
                                       spec.chat_template, self.chat, spec.sampling)
                 entry.state = ModelState.LOADED
