@@ -63,6 +63,10 @@ class PrefixStore:
                     found, n = key, m
         return found, n
 
-    def get(self, key: tuple[int, ...]) -> bytes:
-        self._entries.move_to_end(key)
-        return self._entries[key]
+    def get(self, key: tuple[int, ...]) -> bytes | None:
+        """The bytes stored for `key` (now the most recently used); None once it is gone (a `put` since `best`
+        may have dropped it)."""
+        data = self._entries.get(key)
+        if data is not None:
+            self._entries.move_to_end(key)
+        return data

@@ -63,16 +63,17 @@ class Slot:
         """Give the slot to `job`; the prompt tokens found in the cache (not decoded again)."""
         # The last prompt token is decoded again for its logits; a prompt with media is evaluated whole.
         keep = 0 if job.media is not None else min(common_prefix(self.tokens, job.prompt), len(job.prompt) - 1)
-        hit: tuple[tuple[int, ...], int] | None = None  # a stored sequence sharing more than the slot
+        hit: tuple[tuple[int, ...], bytes, int] | None = None  # a stored sequence sharing more than the slot
         if store is not None and job.media is None:
             key, n = store.best(job.prompt)
             n = min(n, len(job.prompt) - 1)
-            if n > keep:
-                hit = key, n
+            data = store.get(key) if n > keep else None
+            if data is not None:  # taken before the stash: its put may evict `key` (LRU, past the limit)
+                hit = key, data, n
         if store is not None:
             self._stash(store, 0 if hit else keep)
             if hit:
-                keep = self._restore(store, *hit)
+                keep = self._restore(*hit)
         ctx = self._ctx
         # Always cut (not only past the known tokens): after a failed decode or state load the
         # cache may hold cells this bookkeeping does not know of.
@@ -100,10 +101,11 @@ class Slot:
         except LlamaError:
             log.debug("could not keep sequence %d", self.seq, exc_info=True)
 
-    def _restore(self, store: PrefixStore, key: tuple[int, ...], n: int) -> int:
-        """Load a stored sequence into the slot; the `n` prompt tokens it gives, 0 if it failed."""
+    def _restore(self, key: tuple[int, ...], data: bytes, n: int) -> int:
+        """Load a stored sequence (its tokens `key`, its KV `data`) into the slot; the `n` prompt tokens it
+        gives, 0 if it failed."""
         try:
-            self._ctx.state_seq_set(store.get(key), self.seq)
+            self._ctx.state_seq_set(data, self.seq)
         except LlamaError:
             log.debug("could not restore a stored sequence into slot %d", self.seq, exc_info=True)
             self._ctx.kv_cache_seq_rm(self.seq, 0, -1)
