@@ -263,3 +263,38 @@ def test_json_lines_parse_as_json(json_server):
     stopped = [r for r in records if r["message"].startswith("stopped after ")]
     assert len(stopped) == 1 and stopped[0]["requests"] >= 2 and stopped[0]["uptime_s"] > 0
     assert records.index(stopped[0]) > records.index(access[0])  # (uvicorn's own last line may follow it)
+
+
+def test_a_stderr_nobody_reads_stalls_no_request(smollm2_path, tmp_path):
+    """The access lines fill a pipe nobody reads (64 KiB): the requests go on
+    (the lines are written by a thread of their own), and the server still stops at once. A models dir: no
+    load (/v1/models loads nothing)."""
+    for name in ("a.gguf", "b.gguf"):  # two: neither is loaded at start
+        (tmp_path / name).symlink_to(smollm2_path)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", "--models-dir", str(tmp_path),
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while get_or_none(port) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for _ in range(150):  # ~1 KB lines: 150 KB. Each would wait forever if the event loop wrote its line
+            assert get(port, "/v1/models/" + "x" * 1000)[0] == 404
+        start = time.monotonic()
+        proc.terminate()
+        proc.wait(timeout=30)
+        assert time.monotonic() - start < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    written = proc.stderr.read()  # what the pipe held: it was full (the rest waited, and was left at exit)
+    assert 30_000 < len(written) < 150 * 1000 and b"llamaplug.server.access: GET /v1/models/xxx" in written
+
+
+def get_or_none(port: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+            return resp.status
+    except OSError:
+        return None

@@ -49,16 +49,18 @@ class JsonLines(logging.Formatter):
 
 
 class _Behind(logging.Handler):
-    """Hands records to `target` on a thread of its own: a stderr that is not read (a full pipe, a stalled
+    """Writes records to `stream` on a thread of its own: a stderr that is not read (a full pipe, a stalled
     terminal) stalls that thread, never the event loop or a decode thread that logs. At most BACKLOG records
     wait; more are dropped, and how many is said once the writes go on. What waits is written at exit (for
-    up to 5 s)."""
+    up to 5 s, unless a drain() found the stream blocked). The thread holds no lock while it writes (no
+    handler's: logging.shutdown takes them at exit)."""
 
     BACKLOG = 10_000
 
-    def __init__(self, target: logging.Handler):
+    def __init__(self, stream: Any, formatter: logging.Formatter):
         super().__init__()
-        self.target, self.dropped = target, 0
+        self.stream, self.dropped = stream, 0
+        self.setFormatter(formatter)
         self.waiting: queue.Queue[logging.LogRecord | threading.Event | None] = queue.Queue(self.BACKLOG)
         self.thread = threading.Thread(target=self._write, name="llamaplug-log", daemon=True)
         self.thread.start()
@@ -77,22 +79,57 @@ class _Behind(logging.Handler):
                 continue
             if self.dropped:
                 dropped, self.dropped = self.dropped, 0
-                self.target.handle(logging.makeLogRecord({
+                self._line(logging.makeLogRecord({
                     "name": log.name, "levelno": logging.WARNING, "levelname": "WARNING",
                     "msg": "%d log lines dropped: stderr was not read", "args": (dropped,)}))
-            self.target.handle(record)
+            self._line(record)
 
-    def drain(self, seconds: float = 5.0) -> None:
-        """Wait until what waits now is written (for up to `seconds`)."""
+    def _line(self, record: logging.LogRecord) -> None:
+        try:
+            self.stream.write(self.format(record) + "\n")
+            self.stream.flush()
+        except Exception:  # noqa: BLE001 - logging's own rule: a record that cannot be written is reported
+            self.handleError(record)
+
+    def drain(self, seconds: float = 2.0) -> None:
+        """Wait until what waits now is written (for up to `seconds`: a stderr nobody reads never empties)."""
         written = threading.Event()
         with contextlib.suppress(queue.Full):
             self.waiting.put(written, timeout=seconds)
-            written.wait(seconds)
+        self.stuck = not written.wait(seconds)
+
+    stuck = False
 
     def finish(self, seconds: float = 5.0) -> None:
+        if self.stuck:  # the exit waits no longer for a stderr that drain() found blocked
+            return
         with contextlib.suppress(queue.Full):
             self.waiting.put(None, timeout=seconds)
         self.thread.join(seconds)
+
+
+class _Fd:
+    """A stream writing straight to a file descriptor: the writer thread, blocked on a full pipe, then holds
+    no lock of sys.stderr's (else Python aborts at exit, unable to flush sys.stderr past it)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8", "replace")
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def flush(self) -> None:
+        pass
+
+
+def _stderr() -> Any:
+    try:
+        sys.stderr.flush()
+        return _Fd(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):  # a stderr with no descriptor (captured, in a test)
+        return sys.stderr
 
 
 def configure(level: str | None, log_format: str, verbose: bool) -> str:
@@ -100,9 +137,8 @@ def configure(level: str | None, log_format: str, verbose: bool) -> str:
     (LlamaParams.log_level)."""
     level = level or ("debug" if verbose else os.environ.get("LLAMAPLUG_LOG") or "error")
     numeric = _NONE if level == "none" else getattr(logging, level.upper())
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLines() if log_format == "json" else logging.Formatter("%(name)s: %(message)s"))
-    logging.basicConfig(level=numeric, handlers=[_Behind(handler)], force=True)  # main() may have set another
+    formatter = JsonLines() if log_format == "json" else logging.Formatter("%(name)s: %(message)s")
+    logging.basicConfig(level=numeric, handlers=[_Behind(_stderr(), formatter)], force=True)  # (main()'s replaced)
     for name in _OWN:  # shown whatever --log says, but none (their probes' lines at debug only)
         logging.getLogger(name).setLevel(numeric if numeric == _NONE else min(numeric, logging.INFO))
     if verbose or numeric >= logging.WARNING:
