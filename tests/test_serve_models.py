@@ -347,7 +347,7 @@ def test_models_toml_gives_a_models_own_settings(tmp_path, smollm2_path):
 class FakeLlama:
     def __init__(self, params: lp.LlamaParams):
         self.params = params
-        self.engine = SimpleNamespace(n_slots=1, stats=EngineStats())
+        self.engine = SimpleNamespace(n_slots=1, stats=EngineStats(), failure=None, on_stop=lambda hook: None)
         self.model = SimpleNamespace(metadata={})
         self.context = SimpleNamespace(backend_lost=None)
         self.closed = False

@@ -176,6 +176,15 @@ class RequestCancelledError(LlamaError):
     """
 
 
+class EngineError(LlamaError):
+    """The engine failed while running a request, in its own code rather than llama.cpp's (a bug).
+
+    The request it touched ends with this error (the exception it caught is its `__cause__`); the
+    engine clears what that request left in the cache and goes on with the others. Do: retry the
+    request, and report the bug with the log line "the engine failed a step".
+    """
+
+
 class StateError(LlamaError):
     """A context state could not be saved or restored.
 

@@ -33,11 +33,11 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..blocks.batch import LlamaBatch
 from ..blocks.context import LlamaContext
-from ..errors import ClosedError, DecodeError, InvalidParameterError, LlamaError
+from ..errors import ClosedError, DecodeError, EngineError, InvalidParameterError, LlamaError
 from .completion import CompletionChunk, CompletionTimings, StopReason
 from .job import Job as Job  # its home was here
 from .logprobs import LogprobReader
@@ -95,6 +95,8 @@ class Engine:
         self._turn = 0  # which prefilling slot goes first, so long prompts share the room fairly
         self._stepping = threading.Lock()  # held by the worker for each step; `idle` takes it between steps
         self._epoch = context.epoch  # the context's epoch after the engine's own last change
+        self._failure: BaseException | None = None  # what stopped the worker, if not a close
+        self._on_stop: list[Callable[[BaseException], None]] = []
         self.stats = EngineStats()
 
     @property
@@ -108,6 +110,21 @@ class Engine:
     @property
     def drafter(self) -> Drafter | None:
         return self._drafter
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What stopped the worker for good (None while it runs, and after a close): a failure it could not
+        go on from; every request since ends with ClosedError. A server reloads such a model (registry.py)."""
+        return self._failure
+
+    def on_stop(self, hook: Callable[[BaseException], None]) -> None:
+        """Call `hook(failure)` when the worker stops for good without a close (see `failure`): on the worker
+        thread, before its requests fail (keep it short); at once if it has stopped already."""
+        with self._cv:
+            self._on_stop.append(hook)
+            failure = self._failure
+        if failure is not None:
+            hook(failure)
 
     def slots_running(self) -> list[bool]:
         """Whether each slot runs a request now: a snapshot read without a lock (for the server's /slots)."""
@@ -177,15 +194,46 @@ class Engine:
                     if self._closed:
                         break
                 with self._stepping:
-                    self._forget_if_touched()
-                    with self._cv:
-                        self._admit()
-                    self._step()
+                    try:
+                        self._forget_if_touched()
+                        with self._cv:
+                            self._admit()
+                        self._step()
+                    except Exception as exc:  # a bug in a step fails the requests it touched, not the engine
+                        if not self._fail_running(exc):
+                            raise  # none: it was not a request's, and the next step would meet it again
         except BaseException as exc:  # a bug here must not leave callers waiting forever
             log.exception("the engine stopped")
-            self._fail_all(exc)
+            self._stop(exc)
             return
         self._fail_all(self._closing)
+
+    def _fail_running(self, exc: Exception) -> bool:
+        """After a step raised `exc`: end every running request with an EngineError and clear its sequence
+        (what the step left there is unknown); whether there was one."""
+        failed = [slot for slot in self._slots if slot.job is not None]
+        if not failed:
+            return False
+        log.error("the engine failed a step; its requests fail, the engine goes on", exc_info=exc)
+        error = EngineError(f"the engine failed while running this request: {type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        self._fail_rows([(slot, 0) for slot in failed], error)
+        if self._store is not None:  # its bookkeeping may be what failed
+            self._store.clear()
+            self._count_store()
+        return True
+
+    def _stop(self, exc: BaseException) -> None:
+        with self._cv:
+            self._failure = exc
+            hooks = list(self._on_stop)
+        for hook in hooks:  # first: a server marks its model down before the requests' errors reach clients
+            try:
+                hook(exc)
+            except Exception:  # noqa: BLE001 - a watcher's failure is its own
+                log.exception("an engine-stop hook failed")
+        self._fail_all(ClosedError(f"this Llama's engine stopped ({type(exc).__name__}: {exc}); "
+                                   "load the model again"))
 
     def _forget_if_touched(self) -> None:
         """The context was used outside the engine (a decode, a cache edit, an adapter or state change):
@@ -237,13 +285,29 @@ class Engine:
                 break
             self._waiting.popleft()
             slot = max(free, key=lambda s: (common_prefix(s.tokens, job.prompt), -s.used))
-            with self._own():
-                cached = slot.place(job, self._store)
+            try:
+                with self._own():
+                    cached = slot.place(job, self._store)
+            except Exception as exc:  # a bug in the admission fails this request, not the engine
+                self._fail_admission(slot, job, exc)
+                continue
             self.stats.prompt_tokens += job.n_prompt
             self.stats.cached_tokens += cached
             self._count_store()
         self.stats.waiting = len(self._waiting)
         self.stats.busy_slots = sum(s.job is not None for s in self._slots)
+
+    def _fail_admission(self, slot: Slot, job: Job, exc: Exception) -> None:
+        log.error("the engine failed to admit a request; it fails, the engine goes on", exc_info=exc)
+        error = EngineError(f"the engine failed to admit this request: {type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        with self._own():
+            self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)  # what the slot holds now is unknown
+        slot.forget()
+        slot.release()
+        if self._store is not None:  # its bookkeeping may be what failed
+            self._store.clear()
+        self._end(job, error)
 
     def _count_store(self) -> None:
         store = self._store

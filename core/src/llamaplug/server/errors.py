@@ -15,7 +15,15 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
-from ..errors import BackendError, ClosedError, ContextOverflowError, DecodeError, LlamaError, ModelNotFoundError
+from ..errors import (
+    BackendError,
+    ClosedError,
+    ContextOverflowError,
+    DecodeError,
+    EngineError,
+    LlamaError,
+    ModelNotFoundError,
+)
 from .api_error import ApiError
 from .error_docs import error_responses
 from .schemas import ErrorBody
@@ -29,6 +37,7 @@ STATUS_BY_CLASS: dict[type[LlamaError], tuple[int, str, str]] = {
     ClosedError: (503, "server_error", "closed"),  # closed or shutting down: another replica or a retry may serve
     ModelNotFoundError: (404, "invalid_request_error", "model_not_found"),
     DecodeError: (500, "server_error", "decode_failed"),
+    EngineError: (500, "server_error", "engine_failed"),
     BackendError: (500, "server_error", "backend_failed"),
 }
 

@@ -12,7 +12,10 @@ never closed while a lease on it is held. Around that:
   set its model's keep-alive (0: unload after it, negative: never);
 - sleep (`sleep_idle`): a model idle that long is unloaded but stays listed as sleeping;
 - `max_queue` (Ollama's OLLAMA_MAX_QUEUE): a request that would be the N+1th waiting (for
-  a load, or for a slot of its model) is refused with a 503 instead of queueing.
+  a load, or for a slot of its model) is refused with a 503 instead of queueing;
+- a model whose engine stopped for good (Engine.failure: a bug it could not go on from) is
+  unloaded and loaded again by itself; `down` names it meanwhile (/health answers 503), and
+  its requests wait for the new load.
 
 All of this state lives on the event loop's thread; only Llama.load and Llama.close run
 in threads.
@@ -103,6 +106,7 @@ class _Entry:
         self.keep_alive: float | None = None  # the last request's `keep_alive` (None: the server's)
         self.loading: asyncio.Task[None] | None = None
         self.unloading: asyncio.Task[None] | None = None
+        self.down = False  # its engine stopped: down until a load succeeds
         self.timer: asyncio.TimerHandle | None = None
         self.drained = asyncio.Event()
         self.drained.set()
@@ -183,7 +187,8 @@ class ModelRegistry:
         self._room: asyncio.Lock | None = None  # one eviction decision at a time (made on first use: needs a loop)
         self._waiting = 0  # requests waiting for a load or an unload
         self._unload_hooks: list[Callable[[str, Engine], None]] = []
-        self._tasks: set[asyncio.Task[None]] = set()  # idle unloads under way
+        self._tasks: set[asyncio.Task[None]] = set()  # idle unloads and reloads under way
+        self._loop: asyncio.AbstractEventLoop | None = None  # the server's, once a request came (engine-stop hooks)
 
     # -- what is served ----------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Served]:
@@ -270,6 +275,8 @@ class ModelRegistry:
             self._when_idle(entry)
 
     async def _acquire(self, entry: _Entry) -> Served:
+        self._loop = asyncio.get_running_loop()
+        self._revive_if_stopped(entry)
         self._drop_if_lost(entry)
         if entry.state is ModelState.LOADED and entry.unloading is None:
             assert entry.served is not None
@@ -312,6 +319,40 @@ class ModelRegistry:
             log.warning("%s lost its RPC server %s: unloading it, the next request loads it again", entry.id, lost)
             entry.unloading = asyncio.ensure_future(self._drain_and_close(entry, ModelState.UNLOADED))
 
+    def down(self) -> list[str]:
+        """The models that are down since their engine stopped (being loaded again), for /health."""
+        for entry in list(self._entries.values()):
+            self._revive_if_stopped(entry)
+        return [e.id for e in self._entries.values() if e.down]
+
+    def _watch(self, entry: _Entry, llama: Llama) -> None:
+        """Reload `entry` by itself if the engine of `llama` stops for good."""
+
+        def stopped(_: BaseException) -> None:  # on the engine's thread
+            loop = self._loop  # none yet: no request came, so none ran on it; `down` and leases look too
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(self._revive_if_stopped, entry)
+
+        llama.engine.on_stop(stopped)
+
+    def _revive_if_stopped(self, entry: _Entry) -> None:
+        served = entry.served
+        if served is None or served.llama.engine.failure is None or entry.unloading is not None:
+            return
+        if not entry.down:
+            log.error("%s: its engine stopped (%s)%s", entry.id, served.llama.engine.failure,
+                      "; loading it again" if entry.spec is not None else "")
+        entry.down = True
+        if entry.spec is None:  # given loaded: not the registry's to load again
+            return
+        entry.unloading = asyncio.ensure_future(self._drain_and_close(entry, ModelState.UNLOADED))
+        self._background(self._reload(entry), "a reload after the engine stopped")
+
+    async def _reload(self, entry: _Entry) -> None:
+        await self._unload(entry, ModelState.UNLOADED)
+        if self._entries.get(entry.id) is entry and entry.state is not ModelState.LOADED:  # (not removed)
+            await self.load(entry.id)
+
     def _take(self, entry: _Entry) -> Served:
         self._cancel_timer(entry)
         entry.users += 1
@@ -341,6 +382,7 @@ class ModelRegistry:
         entry.served = Served(entry.id, llama, entry.spec.pooling or _own_pooling(llama), entry.created,
                               entry.spec.chat_template, self.chat, entry.spec.sampling)
         entry.state = ModelState.LOADED
+        self._watch(entry, llama)
         return entry.served
 
     async def load(self, name: str) -> Served:
@@ -387,7 +429,9 @@ class ModelRegistry:
                 entry.served = Served(spec.id, llama, spec.pooling or _own_pooling(llama), entry.created,
                                       spec.chat_template, self.chat, spec.sampling)
                 entry.state = ModelState.LOADED
+                entry.down = False
                 entry.last_used = time.monotonic()
+                self._watch(entry, llama)
         except LlamaError as exc:
             entry.state = before
             log.error("model %r failed to load: %s", entry.id, exc)  # the client's error says no server path
@@ -516,7 +560,7 @@ class ModelRegistry:
         loop = asyncio.get_running_loop()
         entry.timer = loop.call_later(delay, lambda: self._background(self._idle_unload(entry, state)))
 
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+    def _background(self, work: Coroutine[Any, Any, None], what: str = "an idle model's unload") -> None:
         """Run `work` as a task that nobody awaits: kept referenced until it ends, its failure logged."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
@@ -524,7 +568,7 @@ class ModelRegistry:
         def done(task: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
             if not task.cancelled() and task.exception() is not None:
-                log.error("an idle model's unload failed: %s", task.exception())
+                log.error("%s failed: %s", what, task.exception())
 
         task.add_done_callback(done)
 

@@ -5,13 +5,22 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import PlainTextResponse
 
+from ..api_error import ApiError
+from ..deps import models
 from ..dialects import OPENAI
+from ..errors import ERROR_RESPONSES
 
 router = OPENAI.router()
 
 
-@router.get("/health")
-async def health() -> dict[str, str]:
+@router.get("/health", responses={503: ERROR_RESPONSES[503]})
+async def health(request: Request) -> dict[str, str]:
+    """200 while every model that should serve can; 503 (as llama-server while it loads) while one is being
+    loaded again because its engine stopped."""
+    down = models(request).down()
+    if down:
+        raise ApiError(503, f"model {down[0]!r} is loading again: its engine stopped", "unavailable_error",
+                       code="model_reloading")
     return {"status": "ok"}
 
 
