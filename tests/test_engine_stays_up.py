@@ -69,12 +69,33 @@ def test_a_stored_sequence_evicted_by_the_slots_own_stash_is_still_restored(smol
         assert stats.stored_sequences == 1  # A
         per_sequence = stats.stored_bytes
         assert per_sequence <= 1 << 20 < 2 * per_sequence  # the store cannot hold A and B: B's put evicts A
-        got = llama.create_completion(c, max_tokens=4)
+        got = answered(lambda: llama.create_completion(c, max_tokens=4))  # the old order: C never answered
         assert got.text == reference(c, 4)
         assert got.timings.cached_tokens > len(llama.tokenize(STEMS[0])) - 2  # A's prefix came back
         assert llama.engine.failure is None
         assert stats.stored_sequences == 1  # B (A left the store for the slot)
         assert llama.create_completion(b, max_tokens=4).text == reference(b, 4)
+
+
+def answered(call, timeout: float = 120):
+    """call() in a thread: its result, or TimeoutError if it never answers (the old engine lost the request it
+    was admitting when it stopped)."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)  # daemon: one that never answers cannot hold the exit
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer in {timeout} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def test_the_store_answers_none_for_a_key_it_no_longer_holds():
@@ -176,6 +197,7 @@ def test_a_server_loads_a_model_whose_engine_stopped_again_and_health_says_503_m
         assert client.get("/v1/models").json()["data"][0]["status"]["value"] == "loaded"
 
 
+@pytest.mark.slow
 def test_forty_sequential_chats_twice_with_a_small_cache_all_answer(smollm2_path):
     """QA's run, on `llamaplug serve -m SmolLM2 --cache-ram 8` (one request never answered, then every one was
     a 503): every request answers, and /health stays 200."""
@@ -238,6 +260,7 @@ def test_request_mixes_on_small_caches_never_stop_the_engine(smollm2_path, refer
     RequestMixes.smollm2_path = smollm2_path
     RequestMixes.reference = staticmethod(reference)
     run = RequestMixes.TestCase
-    run.settings = settings(max_examples=6, stateful_step_count=6, deadline=None, database=None,
+    # Derandomized: the same mixes every run. 57 s wall on 2 cores shared with other runs (load 7-10).
+    run.settings = settings(max_examples=5, stateful_step_count=6, deadline=None, database=None, derandomize=True,
                             suppress_health_check=list(HealthCheck))
     run().runTest()
