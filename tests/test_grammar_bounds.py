@@ -9,13 +9,10 @@ the chat layer's tool-call grammar and llama.cpp's converter's grammar of a larg
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 
 import pytest
-from llamaplug_testing.servers import llamaplug_server
+from llamaplug_testing.servers import llamaplug_server, post_status
 
 import llamaplug as lp
 from llamaplug.blocks.chat_layer import ChatTemplates
@@ -73,14 +70,7 @@ def test_real_grammars_pass(llama_cpp_dir):
     Grammar.from_string(params["grammar"])
 
 
-def _post(port: int, path: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
+_post = post_status
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from llamaplug_testing import THREADS, llamaplug_server, run_isolated
+from llamaplug_testing import THREADS, llamaplug_server, post_status, run_isolated
 
 import fetch
 
@@ -230,14 +230,7 @@ def test_random_chains_through_the_library_never_abort(smollm2_path):
     assert any(v.startswith("SamplingError") for v in results.values())
 
 
-def _post(port: int, path: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
+_post = post_status
 
 
 def _healthy(port: int) -> bool:

@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from llamaplug_testing.servers import free_port, llamaplug_server
+from llamaplug_testing.servers import free_port, llamaplug_server, post_status
 from llamaplug_testing.settings import THREADS
 
 import llamaplug as lp
@@ -109,13 +109,7 @@ def test_serve_fails_at_start_naming_the_bound(smollm2_path, tmp_path, name):
 
 
 def _post(port: int, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
+    return post_status(port, "/v1/chat/completions", body)
 
 
 def test_a_router_model_with_such_a_template_fails_its_load_and_the_server_stays_up(smollm2_path, tmp_path):

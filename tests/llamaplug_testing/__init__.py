@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from .child import run_isolated
 from .generation import greedy
-from .servers import free_port, llama_server, llamaplug_server, on_both, post_json
+from .servers import free_port, llama_server, llamaplug_server, on_both, post_json, post_status
 from .settings import CHATML, REPO, THREADS
 
 __all__ = ["CHATML", "REPO", "THREADS", "free_port", "greedy", "llama_server", "llamaplug_server", "on_both",
-           "post_json",
+           "post_json", "post_status",
            "run_isolated"]

@@ -80,6 +80,17 @@ def post_json(port: int, path: str, body: dict) -> dict:
         return json.loads(resp.read())
 
 
+def post_status(port: int, path: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
+    """POST `body` as JSON; the status and the JSON body, an error's too (a 4xx or 5xx is an answer here)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
 def on_both(bin_dir: Path, model: Path, script: Callable[[int], Any], *args: str) -> dict[str, Any]:
     """`script(port)` against the pin's llama-server (--jinja) and then `llamaplug serve`, both given `args`:
     {"theirs": ..., "ours": ...}."""
