@@ -138,8 +138,14 @@ def test_a_step_that_raises_fails_the_running_requests_and_the_engine_goes_on(sm
         monkeypatch.setattr(Slot, "advance", failing_once(Slot.advance, RuntimeError("planted")))
         with pytest.raises(lp.EngineError, match="running this request: RuntimeError: planted"):
             llama.create_completions(STEMS, max_tokens=4)
+        # Which of the two were running in the failed step depends on when the worker woke (the second may
+        # have been admitted a step later, and still be running when the first's error came back): each
+        # request ends, at least one with the error, and the engine runs on.
+        deadline = time.monotonic() + 60
+        while llama.engine.stats.busy_slots and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert llama.engine.failure is None and llama.engine.stats.busy_slots == 0
-        assert llama.engine.stats.errors == 2  # both were running in that step
+        assert 1 <= llama.engine.stats.errors <= 2
         got = llama.create_completions(STEMS, max_tokens=4)
         assert [g.text for g in got] == [reference(p, 4) for p in STEMS]
 
