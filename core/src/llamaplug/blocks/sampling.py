@@ -182,7 +182,9 @@ class LlamaSampler(NativeHandle):
         return int(self._token_out[0])
 
     def _sample_native(self, ptr: Any, raw_ctx: Any, idx: int, cands: Any, out: Any) -> int:
-        return int(lib.llamaplug_sample_checked(ptr, ffi.NULL, 0, raw_ctx, idx, cands, len(cands), out))
+        # a chain passes the grammars inside it (SamplerChain._checks), each pick checked against them
+        checks, n_checks = getattr(self, "_checks", ffi.NULL), getattr(self, "_n_checks", 0)
+        return int(lib.llamaplug_sample_checked(ptr, checks, n_checks, raw_ctx, idx, cands, len(cands), out))
 
     def _describe(self) -> str:
         return self.name
@@ -416,8 +418,7 @@ class SamplerChain(LlamaSampler):
 
     def _sample_native(self, ptr: Any, raw_ctx: Any, idx: int, cands: Any, out: Any) -> int:
         if self._grammar is None:
-            return int(lib.llamaplug_sample_checked(ptr, self._checks, self._n_checks, raw_ctx, idx, cands,
-                                                    len(cands), out))
+            return super()._sample_native(ptr, raw_ctx, idx, cands, out)
         return int(lib.llamaplug_sample_grammar_checked(self._grammar._ptr, ptr, self._checks, self._n_checks,
                                                         raw_ctx, idx, cands, len(cands), out))
 
