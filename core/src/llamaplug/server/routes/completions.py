@@ -37,7 +37,7 @@ async def completions(body: CompletionRequest, request: Request,
     sampling = body.sampling(llama.params.seed, served.sampling)
     # special tokens in the text are parsed, as llama-server's tokenize_input_prompts does (and /completion here)
     jobs = await off_loop(lambda: completion_jobs(llama, prompts, limit, sampling, body.stop, body.logprobs, True,
-                                                  body.response_format))
+                                                  body.response_format), request)
     ident = f"cmpl-{uuid.uuid4().hex[:24]}"
     # llama-server's debug field: each result as /completion would write it
     settings = generation_settings(sampling, -1 if limit is None else limit, body.stop, body.stream) \

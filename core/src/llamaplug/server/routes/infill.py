@@ -30,7 +30,7 @@ async def infill(body: InfillRequest, request: Request,
         raise ApiError(400, "prompt: /infill takes text here (the start of the middle)", param="prompt")
     extra = [{"filename": e.filename, "text": e.text} for e in body.input_extra]
     tokens = await off_loop(lambda: infill_tokens(served.llama.model, body.input_prefix + body.prompt,
-                                                  body.input_suffix, extra))
+                                                  body.input_suffix, extra), request)
     room = served.llama.engine.n_ctx_seq
     if len(tokens) >= room:
         raise ApiError(400, f"request ({len(tokens)} tokens) exceeds the available context size ({room} tokens), "

@@ -42,7 +42,7 @@ _STOP_TYPES = {StopReason.EOS: "eos", StopReason.MAX_TOKENS: "limit", StopReason
 @router.post("/completion", responses=ERROR_RESPONSES)
 async def completion(body: NativeCompletionRequest, request: Request,
                      served: Annotated[Served, Depends(served_model(NativeCompletionRequest))]) -> Any:
-    prompts = await off_loop(lambda: [prompt_tokens(served, p) for p in split_prompts(body.prompt)])
+    prompts = await off_loop(lambda: [prompt_tokens(served, p) for p in split_prompts(body.prompt)], request)
     texts = [p if isinstance(p, str) else "" for p in split_prompts(body.prompt)]
     return await run(request, served, body, prompts, texts)
 
@@ -67,7 +67,7 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
         sampling = sampling.model_copy(update=extra)
     n_probs = body.n_probs or None  # llama-server: 0 gives none
     jobs = await off_loop(lambda: completion_jobs(llama, prompts, None if limit < 0 else limit, sampling,
-                                                  body.stop, n_probs))
+                                                  body.stop, n_probs), request)
     settings = _settings(sampling, n_predict, body)
     if body.stream:
         return StreamingResponse(_events(served, jobs, texts, settings, body.post_sampling_probs),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Depends
+from fastapi import Depends, Request
 
 from ..deps import served_model
 from ..dialects import NATIVE
@@ -17,11 +17,11 @@ router = NATIVE.router()
 
 
 @router.post("/tokenize", responses=ERROR_RESPONSES)
-async def tokenize(body: TokenizeRequest, served: Annotated[Served, Depends(served_model(TokenizeRequest))]
-                   ) -> dict[str, Any]:
+async def tokenize(body: TokenizeRequest, request: Request,
+                   served: Annotated[Served, Depends(served_model(TokenizeRequest))]) -> dict[str, Any]:
     """{"tokens": [ids]}, or with with_pieces [{"id", "piece"}] (a piece that is not whole UTF-8: its bytes)."""
     model = served.llama.model
-    ids = await off_loop(lambda: model.tokenize(body.content, body.add_special, body.parse_special))
+    ids = await off_loop(lambda: model.tokenize(body.content, body.add_special, body.parse_special), request)
     if not body.with_pieces:
         return {"tokens": ids}
     pieces = []
