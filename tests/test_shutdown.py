@@ -25,21 +25,25 @@ from llamaplug_testing.servers import free_port
 
 THREADS = 1
 COUNT = "Count from 1 to 1000, one number a line."
+# What a chat is asked: greedy SmolLM2 answers COUNT as a chat turn in one short line (its end could come within
+# the grace time), and this with a long numbered list.
+LIST = "List the numbers from 1 to 500, separated by commas."
 NUMBERS = "".join(f"{i}\n" for i in range(1, 9))  # a prompt `run` goes on counting from
 LONG = 900  # tokens: far more than any of these runs lets a stream produce
 
 # (family, path, body): two of each API family's streams, all long
 STREAMS = [
-    ("openai", "/v1/chat/completions", {"messages": [{"role": "user", "content": COUNT}], "stream": True,
+    ("openai", "/v1/chat/completions", {"messages": [{"role": "user", "content": LIST}], "stream": True,
                                         "max_tokens": LONG}),
     ("openai", "/v1/completions", {"prompt": COUNT, "stream": True, "max_tokens": LONG}),
     ("native", "/completion", {"prompt": COUNT, "stream": True, "n_predict": LONG}),
-    ("anthropic", "/v1/messages", {"messages": [{"role": "user", "content": COUNT}], "stream": True,
+    ("anthropic", "/v1/messages", {"messages": [{"role": "user", "content": LIST}], "stream": True,
                                    "max_tokens": LONG}),
-    ("responses", "/v1/responses", {"input": COUNT, "stream": True, "max_output_tokens": LONG}),
-    ("ollama", "/api/chat", {"messages": [{"role": "user", "content": COUNT}], "options": {"num_predict": LONG}}),
+    ("responses", "/v1/responses", {"input": LIST, "stream": True, "max_output_tokens": LONG}),
+    ("ollama", "/api/chat", {"messages": [{"role": "user", "content": LIST}], "options": {"num_predict": LONG}}),
     ("ollama", "/api/generate", {"prompt": COUNT, "options": {"num_predict": LONG}}),
-    ("openai", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Count to 1000."}],
+    ("openai", "/v1/chat/completions", {"messages": [{"role": "user", "content": LIST.replace(", separated by commas",
+                                                                                               ", one a line")}],
                                         "stream": True, "max_tokens": LONG}),
 ]
 ONLY_OPENAI = [s for s in STREAMS if s[0] in ("openai", "native")]  # what llama-server serves in all its shapes
@@ -296,7 +300,7 @@ def test_run_interrupted_mid_reply_leaves_without_a_traceback(smollm2_path):
 
 
 def test_chat_interrupted_mid_reply_stops_the_reply_and_leaves_cleanly(smollm2_path):
-    proc = _cli_until_streaming("chat", str(smollm2_path), stdin=COUNT.encode() + b"\n", past=20)
+    proc = _cli_until_streaming("chat", str(smollm2_path), stdin=LIST.encode() + b"\n", past=20)
     proc.send_signal(signal.SIGINT)  # Ctrl-C stops the reply; the chat goes on
     proc.stdin.write(b"/bye\n")
     out, err = proc.communicate(timeout=30)
