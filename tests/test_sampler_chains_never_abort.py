@@ -181,8 +181,9 @@ if mode == "qa":
             print("CASE " + key, flush=True)
             results[key] = forced_case(path, tail)
     paths = []
+randoms = set(rng.sample(paths, min(10, len(paths))))  # random tokens: a sample (each case costs ~2 s)
 for path in paths:
-    for how in ("render", "random"):
+    for how in ("render", "random") if path in randoms else ("render",):
         key = Path(path).name + " " + how
         print("CASE " + key, flush=True)
         t0 = time.perf_counter()
@@ -224,7 +225,7 @@ def test_random_chains_through_the_library_never_abort(smollm2_path):
     results = run_child(smollm2_path, 7, "grammars", TEMPLATES)
     others = {k: v for k, v in results.items() if v.startswith("OTHER")}
     assert not others, others
-    assert len(results) == 2 * len(TEMPLATES) + 12
+    assert len(results) == len(TEMPLATES) + 10 + 12  # every template's rendering forced, 10 with random tokens
     # the sweep reached both ends: replies, and sampling failures that used to abort
     assert any(v == "ok" for v in results.values())
     assert any(v.startswith("SamplingError") for v in results.values())
