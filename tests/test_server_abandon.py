@@ -21,7 +21,7 @@ import urllib.request
 
 import psutil
 import pytest
-from llamaplug_testing.servers import llamaplug_server
+from llamaplug_testing.servers import llamaplug_server, post_status
 
 MIB = 2**20
 
@@ -59,13 +59,7 @@ def _settles(proc: psutil.Process, limit_s: float, window_s: float = 2.0, busy_s
 
 
 def _post(port: int, path: str, body: dict, timeout: float = 60) -> tuple[int, dict]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return post_status(port, path, body, timeout)
 
 
 def _model(port: int) -> str:
