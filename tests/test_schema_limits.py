@@ -20,21 +20,11 @@ import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from llamaplug_testing import llamaplug_server
+from llamaplug_testing import llamaplug_server, post_status
 
 from llamaplug.blocks.json_schema import MAX_OPTIONAL, UnsupportedSchemaError, schema_to_gbnf
 
 MIB = 1024 * 1024
-
-
-def _post(port: int, path: str, body: dict, timeout: float) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
 
 
 def _health_ms(port: int) -> float:
@@ -83,7 +73,7 @@ def test_a_hostile_schema_is_answered_quickly_and_the_server_stays_up(probe, smo
                 except urllib.error.HTTPError as err:
                     result["status"] = err.code
             else:
-                result["status"], result["body"] = _post(port, "/v1/chat/completions", body, timeout=60)
+                result["status"], result["body"] = post_status(port, "/v1/chat/completions", body, timeout=60)
 
         worker = threading.Thread(target=send)
         start = time.monotonic()

@@ -21,7 +21,7 @@ import threading
 import time
 
 from llamaplug_testing import llamaplug_server
-from llamaplug_testing.servers import free_port
+from llamaplug_testing.servers import free_port, wait_healthy
 
 THREADS = 1
 COUNT = "Count from 1 to 1000, one number a line."
@@ -239,7 +239,7 @@ def test_llama_server_beside_it(native_tools, smollm2_path):
                              "--port", str(port), "-t", str(THREADS), "-np", "8", "-c", "8192", "--jinja"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _healthy(port, proc)
+        wait_healthy(proc, port, "llama-server")
         streams = open_streams(port, ONLY_OPENAI * 2)
         result = stop(proc, [(0, signal.SIGTERM)], streams)
     finally:
@@ -249,20 +249,6 @@ def test_llama_server_beside_it(native_tools, smollm2_path):
     print(f"\nllama-server, {len(streams)} streams, one SIGTERM: exit {result['code']} after {result['exit_s']} s; "
           "streams: " + "; ".join(f"{p} whole={w} ended at {e} s, last {last[-60:]!r}"
                                   for p, w, last, e, _ in result["streams"]))
-
-
-def _healthy(port: int, proc: subprocess.Popen) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.3)
 
 
 # -- the terminal commands ---------------------------------------------------------------------------------------

@@ -50,20 +50,25 @@ def llamaplug_server(model: Path | None, *args: str, host: str = "127.0.0.1"
         yield ready, proc
 
 
+def wait_healthy(proc: subprocess.Popen, port: int, name: str) -> None:
+    """Until the server `proc` started on `port` answers /health with 200 (fails the test if it exits or 120 s pass)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(f"{name} exited: {proc.stderr.read()[-3000:] if proc.stderr else ''}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{name} did not become healthy")
+            time.sleep(0.3)
+
+
 def _serving(proc: subprocess.Popen, port: int, name: str) -> Iterator[int]:
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.fail(f"{name} exited: {proc.stderr.read()[-3000:]}")
-                if time.monotonic() > deadline:
-                    pytest.fail(f"{name} did not become healthy")
-                time.sleep(0.3)
+        wait_healthy(proc, port, name)
         yield port
     finally:
         proc.terminate()
