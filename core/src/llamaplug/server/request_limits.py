@@ -60,10 +60,7 @@ def check_messages(request: Request, messages: Sequence[Any], field: str, *extra
     if len(messages) > bounds.max_messages:
         raise ApiError(400, f"{field} has {len(messages)} items; this server takes at most {bounds.max_messages} "
                             "(llamaplug serve --max-messages)", param=field, code="too_many_messages")
-    n = text_chars(extra) + text_chars(messages)
-    if n > bounds.max_chars:
-        raise ApiError(400, f"{field} holds {n} characters of text; this server takes at most {bounds.max_chars} "
-                            "per request (llamaplug serve --max-chars)", param=field, code="too_many_characters")
+    _check_chars(bounds, field, text_chars(extra) + text_chars(messages))
 
 
 def check_inputs(request: Request, texts: Sequence[Any], field: str) -> None:
@@ -72,7 +69,10 @@ def check_inputs(request: Request, texts: Sequence[Any], field: str) -> None:
     if len(texts) > bounds.max_inputs:
         raise ApiError(400, f"{field} has {len(texts)} inputs; this server takes at most {bounds.max_inputs} per "
                             "request (llamaplug serve --max-inputs)", param=field, code="too_many_inputs")
-    n = text_chars(texts)
+    _check_chars(bounds, field, text_chars(texts))
+
+
+def _check_chars(bounds: RequestLimits, field: str, n: int) -> None:
     if n > bounds.max_chars:
         raise ApiError(400, f"{field} holds {n} characters of text; this server takes at most {bounds.max_chars} "
                             "per request (llamaplug serve --max-chars)", param=field, code="too_many_characters")
