@@ -25,8 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..high.chat import ChatSettings
 from ..high.llama import Llama
 from . import dialects, error_docs, request_body
+from .api_error import ApiError, BodyTooLargeError, ForbiddenError, UnauthorizedError
 from .cors import Cors
-from .errors import ApiError
 from .metrics import Metrics
 from .registry import ModelRegistry, Served
 from .routes import ROUTERS
@@ -122,9 +122,8 @@ class _Guard:
         refused = self.cors.refusal(headers.get("origin"), headers.get("host"), scope.get("server"))
         if refused is not None:  # (cors.py: serve without --api-key)
             metrics.http_errors += 1
-            await scope["app"].state.dialects(path).response(ApiError(
-                403, refused[1], "permission_error", param=refused[0], code=f"{refused[0]}_refused"))(
-                scope, receive, send)
+            await scope["app"].state.dialects(path).response(ForbiddenError(
+                refused[1], param=refused[0], code=f"{refused[0]}_refused"))(scope, receive, send)
             return
         origin = self.cors.allow_origin(headers.get("origin"))
         cors = [(b"access-control-allow-origin", origin.encode("latin-1"))] if origin is not None else []
@@ -143,9 +142,8 @@ class _Guard:
                 # (Anthropic's clients send the key as x-api-key, not as a bearer token)
                 metrics.http_errors += 1
                 dialect = scope["app"].state.dialects(path)
-                await dialect.response(ApiError(
-                    401, "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)",
-                    "authentication_error", code="invalid_api_key"))(scope, receive, send)
+                await dialect.response(UnauthorizedError(
+                    "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)"))(scope, receive, send)
                 return
 
         async def counted(message: Message) -> None:
@@ -166,9 +164,9 @@ class _Guard:
         await self.app(scope, receive, counted)
 
     async def _body(self, headers: Headers, receive: Receive) -> bytes | None:
-        too_large = ApiError(413, f"the request body is over {self.max_body} bytes (llamaplug serve "
-                                         "--max-body-mib)", param="body", code="request_too_large",
-                                    headers={"Connection": "close"})  # the rest of the body is not read
+        too_large = BodyTooLargeError(f"the request body is over {self.max_body} bytes (llamaplug serve "
+                                      "--max-body-mib)", param="body",
+                                      headers={"Connection": "close"})  # the rest of the body is not read
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body:
             raise too_large

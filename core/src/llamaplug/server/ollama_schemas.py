@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..params import SamplerParams
-from .errors import ApiError
+from .errors import BadRequestError
 
 log = logging.getLogger("llamaplug.server.ollama")
 
@@ -99,7 +99,7 @@ class ModelName(_Body):
     def which(self) -> str:
         given = self.model or self.name
         if not given:
-            raise ApiError(400, "model is required", param="model")
+            raise BadRequestError("model is required", param="model")
         return given
 
 
@@ -159,7 +159,7 @@ class Sampling:
         stop = given.get("stop")
         if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
             if not isinstance(stop, str):
-                raise ApiError(400, "options.stop must be a list of strings", param="options.stop")
+                raise BadRequestError("options.stop must be a list of strings", param="options.stop")
             stop = [stop]
         self.stop: list[str] | None = stop
         try:
@@ -168,13 +168,14 @@ class Sampling:
             first = exc.errors()[0] if hasattr(exc, "errors") else {}  # type: ignore[union-attr]
             ours = str(first.get("loc", ("",))[0])
             theirs = next((k for k, (n, _) in _SAMPLING.items() if n == ours), ours)
-            raise ApiError(400, f"options.{theirs}: {first.get('msg', exc)}", param=f"options.{theirs}") from None
+            raise BadRequestError(f"options.{theirs}: {first.get('msg', exc)}",
+                                  param=f"options.{theirs}") from None
 
 
 def _check(key: str, value: Any, types: tuple[type, ...]) -> None:
     if isinstance(value, bool) or not isinstance(value, types):
         kind = "an integer" if types == (int,) else "a number"
-        raise ApiError(400, f"option {key!r} must be {kind}, not {value!r}", param=f"options.{key}")
+        raise BadRequestError(f"option {key!r} must be {kind}, not {value!r}", param=f"options.{key}")
 
 
 def response_format(given: str | dict[str, Any] | None) -> dict[str, Any] | None:

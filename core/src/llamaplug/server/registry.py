@@ -45,7 +45,16 @@ from ..high.requests import chat_job
 from ..high.template_probe import probe_chat_template
 from ..params import LlamaParams
 from . import durations
-from .api_error import ApiError
+from .api_error import (
+    BadRequestError,
+    ModelExistsError,
+    ModelLoadError,
+    ModelNotLoadedError,
+    ModelNotServedError,
+    ModelPinnedError,
+    NoRoomError,
+    QueueFullError,
+)
 from .model_specs import ModelSpec, load_failure
 from .preload import load_warmed
 
@@ -233,8 +242,7 @@ class ModelRegistry:
         """The loaded model named `name` (None: the default one); 404 for an unknown name, 503 for one not loaded."""
         entry = self._entry(name, lenient=True)
         if entry.served is None or entry.state is not ModelState.LOADED:
-            raise ApiError(503, f"model {entry.id!r} is {entry.state.value}", "server_error", param="model",
-                           code="model_not_loaded")
+            raise ModelNotLoadedError(f"model {entry.id!r} is {entry.state.value}", param="model")
         return entry.served
 
     def _entry(self, name: str | None, lenient: bool = False) -> _Entry:
@@ -250,8 +258,8 @@ class ModelRegistry:
             return self._names[name]
         except KeyError:
             have = ", ".join(repr(n) for n in self._entries)
-            raise ApiError(404, f"model {name!r} is not served here (this server has {have})",
-                           param="model", code="model_not_found") from None
+            raise ModelNotServedError(f"model {name!r} is not served here (this server has {have})",
+                                      param="model") from None
 
     # -- leases ------------------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -366,8 +374,8 @@ class ModelRegistry:
             return
         waiting = self._waiting + sum(e.waiting() for e in self._entries.values())
         if waiting >= self.max_queue:
-            raise ApiError(503, f"the server is busy: {waiting} requests are waiting (--max-queue {self.max_queue});"
-                                " retry later", "server_error", code="queue_full", headers={"Retry-After": "1"})
+            raise QueueFullError(f"the server is busy: {waiting} requests are waiting (--max-queue {self.max_queue});"
+                                 " retry later", headers={"Retry-After": "1"})
 
     # -- loading and unloading ---------------------------------------------------------------------------
     def preload(self, name: str, llama: Llama | None = None) -> Served:
@@ -407,8 +415,7 @@ class ModelRegistry:
         """Unload the model named `name` once its requests are done (a running load first ends)."""
         entry = self._entry(name)
         if entry.spec is None:
-            raise ApiError(400, f"model {entry.id!r} was given loaded and cannot be unloaded", param="model",
-                           code="model_pinned")
+            raise ModelPinnedError(f"model {entry.id!r} was given loaded and cannot be unloaded", param="model")
         if entry.loading is not None:
             await asyncio.shield(entry.loading)
         await self._unload(entry, state)
@@ -435,8 +442,8 @@ class ModelRegistry:
         except LlamaError as exc:
             entry.state = before
             log.error("model %r failed to load: %s", entry.id, exc)  # the client's error says no server path
-            raise ApiError(500, f"model {entry.id!r} failed to load: {load_failure(exc, entry.spec.params)}",
-                           "server_error", param="model", code="model_load_failed") from exc
+            raise ModelLoadError(f"model {entry.id!r} failed to load: {load_failure(exc, entry.spec.params)}",
+                                 param="model") from exc
         except BaseException:
             entry.state = before
             raise
@@ -455,9 +462,8 @@ class ModelRegistry:
                 return
             victims = [e for e in loaded if e.spec is not None]
             if not victims:
-                raise ApiError(503, f"cannot load {entry.id!r}: {len(loaded)} models are loaded (--max-loaded "
-                                    f"{self.max_loaded}) and none can be unloaded", "server_error", param="model",
-                               code="no_room")
+                raise NoRoomError(f"cannot load {entry.id!r}: {len(loaded)} models are loaded (--max-loaded "
+                                  f"{self.max_loaded}) and none can be unloaded", param="model")
             # Idle ones first, then the least recently used.
             victim = min(victims, key=lambda e: (e.users + e.wanted > 0, e.last_used))
             log.info("unloading %s to make room for %s (--max-loaded %d)", victim.id, entry.id, self.max_loaded)
@@ -505,7 +511,7 @@ class ModelRegistry:
         """Serve one more model, loaded when first asked for; a name already served is a 400."""
         for name in (spec.id, *spec.aliases):
             if name in self._names:
-                raise ApiError(400, f"a served model is already named {name!r}", param="model", code="model_exists")
+                raise ModelExistsError(f"a served model is already named {name!r}", param="model")
         entry = _Entry(spec, None)
         self._entries[entry.id] = entry
         for name in (spec.id, *spec.aliases):
@@ -517,8 +523,7 @@ class ModelRegistry:
         """Make `alias` one more name of the model named `name`."""
         entry = self._entry(name)
         if alias in self._names:
-            raise ApiError(400, f"a served model is already named {alias!r}", param="destination",
-                           code="model_exists")
+            raise ModelExistsError(f"a served model is already named {alias!r}", param="destination")
         entry.aliases = (*entry.aliases, alias)
         self._names[alias] = entry
 
@@ -531,11 +536,10 @@ class ModelRegistry:
             del self._names[name]
             return
         if entry.spec is None:
-            raise ApiError(400, f"model {entry.id!r} was given loaded and cannot be removed", param="model",
-                           code="model_pinned")
+            raise ModelPinnedError(f"model {entry.id!r} was given loaded and cannot be removed", param="model")
         if len(self._entries) == 1:
-            raise ApiError(400, f"model {entry.id!r} is the only one served and cannot be removed", param="model",
-                           code="model_pinned")
+            raise ModelPinnedError(f"model {entry.id!r} is the only one served and cannot be removed",
+                                   param="model")
         for alias in (entry.id, *entry.aliases):  # first: no new request finds it
             self._names.pop(alias, None)
         del self._entries[entry.id]
@@ -606,7 +610,7 @@ def parse_keep_alive(value: float | int | str | None, field: str = "keep_alive")
     try:
         return durations.seconds(value)
     except ValueError as exc:
-        raise ApiError(400, f"{field}: {exc}", param=field) from None
+        raise BadRequestError(f"{field}: {exc}", param=field) from None
 
 
 def _close(llama: Llama) -> None:

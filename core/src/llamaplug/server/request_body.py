@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.types import Message, Receive
 
-from .errors import ApiError
+from .errors import BadRequestError
 
 _OFF_LOOP = 1 << 20  # bytes: a body this big is checked in a worker thread, not on the event loop
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
@@ -59,7 +59,7 @@ def replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def check_json(body: bytes) -> None:
-    """ApiError 400 if `body` is JSON holding NaN, an infinity, a number past a double's range or a lone surrogate.
+    """BadRequestError if `body` is JSON holding NaN, an infinity, a number past a double's range or a lone surrogate.
     Any other fault (not JSON at all, say) is left to the route's own parse and its 400."""
     if len(body) > _OFF_LOOP:
         await asyncio.to_thread(_check, body)
@@ -84,14 +84,14 @@ def _check(body: bytes) -> None:
     try:
         value = json.loads(body, parse_constant=_refuse_constant, parse_float=_finite)
     except _NotFinite as exc:
-        raise ApiError(400, f"the body is not valid JSON: {exc} is not a finite number (JSON has no NaN or "
-                            "infinity)", param="body") from None
+        raise BadRequestError(f"the body is not valid JSON: {exc} is not a finite number (JSON has no NaN or "
+                              "infinity)", param="body") from None
     except (ValueError, RecursionError):
         return
     where = _lone_surrogate(value)
     if where is not None:
-        raise ApiError(400, f"{where or 'body'}: a lone surrogate (\\ud800-\\udfff without its pair) is not "
-                            "Unicode text", param=where or "body")
+        raise BadRequestError(f"{where or 'body'}: a lone surrogate (\\ud800-\\udfff without its pair) is not "
+                              "Unicode text", param=where or "body")
 
 
 class _NotFinite(ValueError):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..blocks.grammar import Grammar
 from ..high.completion import TokenLogprob
 from ..high.engine import Job
-from .errors import ApiError
+from .errors import BadRequestError
 
 if TYPE_CHECKING:
     from .schemas import LogitBias
@@ -26,15 +26,15 @@ def logit_bias(model: Any, given: LogitBias | None) -> dict[int, float]:
     out: dict[int, float] = {}
     for pair in pairs:
         if len(pair) != 2:
-            raise ApiError(400, f"logit_bias: {list(pair)!r} is not a [token, bias] pair", param="logit_bias")
+            raise BadRequestError(f"logit_bias: {list(pair)!r} is not a [token, bias] pair", param="logit_bias")
         key, bias = pair
         if bias is False:
             value = -math.inf
         elif isinstance(bias, (int, float)) and not isinstance(bias, bool):
             value = float(bias)
         else:
-            raise ApiError(400, f"logit_bias: the bias of {key!r} must be a number or false, got {bias!r}",
-                           param="logit_bias")
+            raise BadRequestError(f"logit_bias: the bias of {key!r} must be a number or false, got {bias!r}",
+                                  param="logit_bias")
         for token in _tokens(model, key):
             out[token] = value
     return out
@@ -48,17 +48,17 @@ def _tokens(model: Any, key: Any) -> list[int]:
     elif isinstance(key, str):
         return [int(t) for t in model.tokenize(key, False, False)]
     else:
-        raise ApiError(400, f"logit_bias: {key!r} is neither a token id nor a text", param="logit_bias")
+        raise BadRequestError(f"logit_bias: {key!r} is neither a token id nor a text", param="logit_bias")
     if not 0 <= ident < model.n_vocab:
-        raise ApiError(400, f"logit_bias: token id {ident} is outside the vocabulary (0..{model.n_vocab - 1})",
-                       param="logit_bias")
+        raise BadRequestError(f"logit_bias: token id {ident} is outside the vocabulary (0..{model.n_vocab - 1})",
+                              param="logit_bias")
     return [ident]
 
 
 def grammar_text(grammar: str | None, json_schema: dict[str, Any] | None) -> str | None:
     """The GBNF that llama-server's `grammar` (GBNF) or `json_schema` field asks for (None: neither)."""
     if grammar and json_schema is not None:
-        raise ApiError(400, "Cannot use both json_schema and grammar", param="grammar")
+        raise BadRequestError("Cannot use both json_schema and grammar", param="grammar")
     if json_schema is not None:
         return Grammar.from_json_schema(json_schema or {"type": "object"}).source  # {}: any object, as there
     return grammar or None

@@ -22,7 +22,7 @@ from typing import Any
 from fastapi import Request
 from pydantic import BaseModel
 
-from .api_error import ApiError
+from .api_error import BadRequestError
 
 DEFAULT_MAX_MESSAGES = 10_000
 DEFAULT_MAX_CHARS = 4 * 2**20
@@ -58,8 +58,9 @@ def check_messages(request: Request, messages: Sequence[Any], field: str, *extra
     than the server takes. The count is of what the client sent; the text is walked in one pass."""
     bounds = limits(request)
     if len(messages) > bounds.max_messages:
-        raise ApiError(400, f"{field} has {len(messages)} items; this server takes at most {bounds.max_messages} "
-                            "(llamaplug serve --max-messages)", param=field, code="too_many_messages")
+        raise BadRequestError(f"{field} has {len(messages)} items; this server takes at most "
+                              f"{bounds.max_messages} (llamaplug serve --max-messages)", param=field,
+                              code="too_many_messages")
     _check_chars(bounds, field, text_chars(extra) + text_chars(messages))
 
 
@@ -67,15 +68,16 @@ def check_inputs(request: Request, texts: Sequence[Any], field: str) -> None:
     """400 naming `field` for more embedding inputs, or more text in them, than the server takes."""
     bounds = limits(request)
     if len(texts) > bounds.max_inputs:
-        raise ApiError(400, f"{field} has {len(texts)} inputs; this server takes at most {bounds.max_inputs} per "
-                            "request (llamaplug serve --max-inputs)", param=field, code="too_many_inputs")
+        raise BadRequestError(f"{field} has {len(texts)} inputs; this server takes at most {bounds.max_inputs} "
+                              "per request (llamaplug serve --max-inputs)", param=field, code="too_many_inputs")
     _check_chars(bounds, field, text_chars(texts))
 
 
 def _check_chars(bounds: RequestLimits, field: str, n: int) -> None:
     if n > bounds.max_chars:
-        raise ApiError(400, f"{field} holds {n} characters of text; this server takes at most {bounds.max_chars} "
-                            "per request (llamaplug serve --max-chars)", param=field, code="too_many_characters")
+        raise BadRequestError(f"{field} holds {n} characters of text; this server takes at most "
+                              f"{bounds.max_chars} per request (llamaplug serve --max-chars)", param=field,
+                              code="too_many_characters")
 
 
 def text_chars(value: Any) -> int:

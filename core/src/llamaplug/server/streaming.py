@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from ..blocks.cancellation import CancelFlag
 from ..errors import LlamaError
 from .dialects import OPENAI, named_event
-from .errors import ApiError
+from .errors import ClientGoneError
 
 T = TypeVar("T")
 
@@ -76,7 +76,7 @@ async def off_loop(work: Callable[[], T], request: Request | None = None) -> T:
     if task not in done:
         with contextlib.suppress(Exception):  # RequestCancelledError, or what it met before its next check
             await asyncio.shield(task)  # the work ends at its next check (its result, if it won, is dropped)
-        raise ApiError(499, "the client went away")
+        raise ClientGoneError("the client went away")
     return task.result()
 
 
@@ -94,7 +94,7 @@ async def unless_gone(request: Request, work: Awaitable[T]) -> T:
         gone.cancel()
         task.cancel()  # a no-op once it is done
     if task not in done:
-        raise ApiError(499, "the client went away")
+        raise ClientGoneError("the client went away")
     return task.result()
 
 

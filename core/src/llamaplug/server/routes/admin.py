@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import PlainTextResponse
 
-from ..api_error import ApiError
+from ..api_error import UnavailableError
 from ..deps import models
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES
@@ -19,8 +19,8 @@ async def health(request: Request) -> dict[str, str]:
     loaded again because its engine stopped."""
     down = models(request).down()
     if down:
-        raise ApiError(503, f"model {down[0]!r} is loading again: its engine stopped", "unavailable_error",
-                       code="model_reloading")
+        raise UnavailableError(f"model {down[0]!r} is loading again: its engine stopped", "unavailable_error",
+                               code="model_reloading")
     return {"status": "ok"}
 
 

@@ -22,7 +22,7 @@ from ...high.events import agather, astream
 from ...high.requests import chat_job, collect, collect_many
 from ..deps import served_model, token_limit
 from ..dialects import OPENAI
-from ..errors import ERROR_RESPONSES, ApiError
+from ..errors import ERROR_RESPONSES, ApiError, BadRequestError
 from ..registry import Served
 from ..request_fields import grammar_text, logit_bias, progress, token_entry
 from ..request_limits import check_messages
@@ -100,20 +100,20 @@ def _n_logprobs(body: ChatRequest) -> int | None:
     """The top tokens to give with each sampled one (None: no logprobs), with llama-server's rules."""
     if not body.logprobs:
         if body.top_logprobs is not None:
-            raise ApiError(400, "top_logprobs requires logprobs to be set to true", param="top_logprobs")
+            raise BadRequestError("top_logprobs requires logprobs to be set to true", param="top_logprobs")
         return None
     if body.tools and body.stream:
-        raise ApiError(400, "logprobs is not supported with tools + stream", param="logprobs")
+        raise BadRequestError("logprobs is not supported with tools + stream", param="logprobs")
     return 20 if body.top_logprobs is None else body.top_logprobs
 
 
 def check_fields(body: ChatRequest) -> None:
     """llama-server's 400s for fields that exclude each other."""
     if body.continue_final_message and body.add_generation_prompt:
-        raise ApiError(400, "Cannot set both add_generation_prompt and continue_final_message to true.",
-                       param="continue_final_message")
+        raise BadRequestError("Cannot set both add_generation_prompt and continue_final_message to true.",
+                              param="continue_final_message")
     if body.grammar and body.tools and body.tool_choice != "none":
-        raise ApiError(400, "Cannot use custom grammar constraints with tools.", param="grammar")
+        raise BadRequestError("Cannot use custom grammar constraints with tools.", param="grammar")
 
 
 async def _events(served: Served, jobs: list[Job], plan: ChatPlan, body: ChatRequest,

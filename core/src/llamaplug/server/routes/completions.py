@@ -19,7 +19,7 @@ from ...high.events import agather, astream
 from ...high.requests import collect, collect_many, completion_jobs
 from ..deps import served_model, token_limit
 from ..dialects import OPENAI
-from ..errors import ERROR_RESPONSES, ApiError
+from ..errors import ERROR_RESPONSES, BadRequestError
 from ..registry import Served
 from ..schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, TextCompletion
 from ..streaming import off_loop, sse, unless_gone
@@ -90,7 +90,7 @@ def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str 
     if isinstance(prompt, str):
         return [prompt]
     if not prompt:
-        raise ApiError(400, "prompt is empty", param="prompt")
+        raise BadRequestError("prompt is empty", param="prompt")
     if all(isinstance(p, int) for p in prompt):
         return [list(prompt)]  # type: ignore[arg-type]
     return list(prompt)  # type: ignore[arg-type]

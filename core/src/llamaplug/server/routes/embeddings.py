@@ -14,7 +14,7 @@ from fastapi import Depends, Request
 
 from ..deps import served_model
 from ..dialects import NATIVE, OPENAI
-from ..errors import ERROR_RESPONSES, ApiError
+from ..errors import ERROR_RESPONSES, BadRequestError
 from ..native_schemas import NativeEmbeddingRequest
 from ..registry import Served
 from ..request_limits import check_inputs
@@ -30,7 +30,7 @@ async def embeddings(body: EmbeddingRequest, request: Request,
                      served: Annotated[Served, Depends(served_model(EmbeddingRequest))]) -> Any:
     texts = [body.input] if isinstance(body.input, str) else body.input
     if not texts:
-        raise ApiError(400, "input is empty", param="input")
+        raise BadRequestError("input is empty", param="input")
     check_inputs(request, texts, "input")
 
     def work() -> tuple[Any, int]:
@@ -55,7 +55,7 @@ async def native_embeddings(body: NativeEmbeddingRequest, request: Request,
     given = body.content if body.content is not None else body.input
     texts = [given] if isinstance(given, str) else given
     if not texts:
-        raise ApiError(400, '"content" must be a string or a non-empty list of strings', param="content")
+        raise BadRequestError('"content" must be a string or a non-empty list of strings', param="content")
     check_inputs(request, texts, "content" if body.content is not None else "input")
     vectors = await off_loop(lambda: served.llama.embed(texts, pooling=served.pooling), request)
     return [{"index": i, "embedding": [_encode(v, "float")] if v.ndim == 1 else _encode(v, "float")}

@@ -14,7 +14,7 @@ from fastapi import Depends, Request
 from ...high.infill import infill_tokens
 from ..deps import served_model
 from ..dialects import NATIVE
-from ..errors import ERROR_RESPONSES, ApiError
+from ..errors import ERROR_RESPONSES, BadRequestError
 from ..native_schemas import InfillRequest
 from ..registry import Served
 from ..streaming import off_loop
@@ -27,13 +27,14 @@ router = NATIVE.router()
 async def infill(body: InfillRequest, request: Request,
                  served: Annotated[Served, Depends(served_model(InfillRequest))]) -> Any:
     if not isinstance(body.prompt, str):
-        raise ApiError(400, "prompt: /infill takes text here (the start of the middle)", param="prompt")
+        raise BadRequestError("prompt: /infill takes text here (the start of the middle)", param="prompt")
     extra = [{"filename": e.filename, "text": e.text} for e in body.input_extra]
     tokens = await off_loop(lambda: infill_tokens(served.llama.model, body.input_prefix + body.prompt,
                                                   body.input_suffix, extra), request)
     room = served.llama.engine.n_ctx_seq
     if len(tokens) >= room:
-        raise ApiError(400, f"request ({len(tokens)} tokens) exceeds the available context size ({room} tokens), "
-                            "try increasing it", param="input_prefix",
-                       native={"type": "exceed_context_size_error", "n_prompt_tokens": len(tokens), "n_ctx": room})
+        raise BadRequestError(f"request ({len(tokens)} tokens) exceeds the available context size ({room} "
+                              "tokens), try increasing it", param="input_prefix",
+                              native={"type": "exceed_context_size_error", "n_prompt_tokens": len(tokens),
+                                      "n_ctx": room})
     return await run(request, served, body, [tokens], [body.prompt])

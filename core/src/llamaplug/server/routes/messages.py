@@ -46,7 +46,7 @@ from ..anthropic_schemas import (
 from ..deps import served_model
 from ..dialects import ANTHROPIC
 from ..error_docs import error_responses
-from ..errors import ApiError
+from ..errors import BadRequestError
 from ..registry import Served
 from ..request_limits import check_messages
 from ..schemas import ChatRequest
@@ -158,14 +158,14 @@ def _chat_messages(role: str, content: str | list[Any], where: str) -> list[dict
             continue
         elif isinstance(block, ToolUseBlock):
             if role != "assistant":
-                raise ApiError(400, f"{where}.content[{j}]: tool_use blocks belong to assistant messages",
-                               param=f"{where}.content[{j}]")
+                raise BadRequestError(f"{where}.content[{j}]: tool_use blocks belong to assistant messages",
+                                      param=f"{where}.content[{j}]")
             calls.append({"id": block.id, "type": "function",
                           "function": {"name": block.name, "arguments": json.dumps(block.input, ensure_ascii=False)}})
         elif isinstance(block, ToolResultBlock):
             if role != "user":
-                raise ApiError(400, f"{where}.content[{j}]: tool_result blocks belong to user messages",
-                               param=f"{where}.content[{j}]")
+                raise BadRequestError(f"{where}.content[{j}]: tool_result blocks belong to user messages",
+                                      param=f"{where}.content[{j}]")
             given = block.content
             results.append({"role": "tool", "tool_call_id": block.tool_use_id,
                             "content": given if isinstance(given, str) else [_part(b) for b in given]})

@@ -27,7 +27,7 @@ from ...high.requests import collect_many, completion_jobs
 from ...params import SamplerParams
 from ..deps import served_model
 from ..dialects import NATIVE
-from ..errors import ERROR_RESPONSES, ApiError
+from ..errors import ERROR_RESPONSES, BadRequestError
 from ..native_schemas import NativeCompletionRequest
 from ..registry import Served
 from ..request_fields import grammar_text, logit_bias, token_entry
@@ -86,8 +86,8 @@ def split_prompts(prompt: Any) -> list[Any]:
         return prompt
     if isinstance(prompt, list) and any(isinstance(p, list) for p in prompt):
         if not all(isinstance(p, (str, list)) for p in prompt):
-            raise ApiError(400, '"prompt" elements must be a string, a list of tokens, a JSON object containing a '
-                                "prompt string, or a list of mixed strings & tokens.", param="prompt")
+            raise BadRequestError('"prompt" elements must be a string, a list of tokens, a JSON object containing a '
+                                  "prompt string, or a list of mixed strings & tokens.", param="prompt")
         return prompt
     return [prompt]
 
@@ -103,12 +103,13 @@ def prompt_tokens(served: Served, prompt: str | list[int | str]) -> list[int]:
         else:
             tokens.append(piece)
     if not tokens:
-        raise ApiError(400, "the prompt has no tokens", param="prompt")
+        raise BadRequestError("the prompt has no tokens", param="prompt")
     room = served.llama.engine.n_ctx_seq
     if len(tokens) >= room:
-        raise ApiError(400, f"request ({len(tokens)} tokens) exceeds the available context size ({room} tokens), "
-                            "try increasing it", param="prompt",
-                       native={"type": "exceed_context_size_error", "n_prompt_tokens": len(tokens), "n_ctx": room})
+        raise BadRequestError(f"request ({len(tokens)} tokens) exceeds the available context size ({room} "
+                              "tokens), try increasing it", param="prompt",
+                              native={"type": "exceed_context_size_error", "n_prompt_tokens": len(tokens),
+                                      "n_ctx": room})
     return tokens
 
 

@@ -32,7 +32,7 @@ from ...high.infill import infill_tokens
 from ...high.requests import chat_job, collect, completion_job
 from ..deps import models, token_limit
 from ..dialects import OLLAMA
-from ..errors import ApiError
+from ..errors import ApiError, BadRequestError
 from ..ollama_schemas import (
     ChatRequest,
     EmbeddingsRequest,
@@ -233,7 +233,7 @@ def _image_part(data: str, where: str) -> dict[str, Any]:
     try:
         head = base64.b64decode(data[:64] + "=" * (-len(data[:64]) % 4), validate=False)[:8]
     except (binascii.Error, ValueError):
-        raise ApiError(400, f"{where}: not base64", param=where) from None
+        raise BadRequestError(f"{where}: not base64", param=where) from None
     kind = next((t for magic, t in _IMAGE_TYPES if head.startswith(magic)), "image/png")
     return {"type": "image_url", "image_url": {"url": f"data:{kind};base64,{data}"}}
 
@@ -241,9 +241,9 @@ def _image_part(data: str, where: str) -> dict[str, Any]:
 def _check_images(served: Served, name: str, where: str) -> None:
     """Images need the model's projector: Ollama's 400 naming the model, and what to do, where it has none."""
     if served.llama.projector is None:
-        raise ApiError(400, f"model '{name}' does not support images ({where}): serve it with its projector "
-                            "(--mmproj, or mmproj in the models dir's models.toml; pip install llamaplug-mtmd)",
-                       param=where)
+        raise BadRequestError(f"model '{name}' does not support images ({where}): serve it with its projector "
+                              "(--mmproj, or mmproj in the models dir's models.toml; pip install llamaplug-mtmd)",
+                              param=where)
 
 
 def _message(content: str, thinking: str | None = None, think: Any = None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from ... import __version__
 from ...errors import LlamaError
 from ...high import hub
 from ...high.model_card import ModelCard, card
+from ..api_error import BadRequestError, ModelNotServedError, ServerFaultError
 from ..deps import models as served_models
 from ..dialects import OLLAMA
 from ..errors import ApiError, as_api_error
@@ -59,7 +60,7 @@ def resolve(registry: ModelRegistry, name: str) -> str:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-    raise ApiError(404, f"model '{name}' not found", param="model", code="model_not_found")
+    raise ModelNotServedError(f"model '{name}' not found", param="model")
 
 
 def listed(name: str) -> str:
@@ -85,8 +86,8 @@ async def model_card(registry: ModelRegistry, ident: str) -> ModelCard:
         return await asyncio.to_thread(card, path)
     except LlamaError as exc:
         log.error("model %r: its file does not read: %s", ident, exc)
-        raise ApiError(500, f"model '{ident}': its file cannot be read as a GGUF model (the server's log says why)",
-                       "server_error", param="model", code="model_unreadable") from None
+        raise ServerFaultError(f"model '{ident}': its file cannot be read as a GGUF model (the server's log says "
+                               "why)", param="model", code="model_unreadable") from None
 
 
 def details(c: ModelCard) -> dict[str, Any]:
@@ -156,7 +157,7 @@ async def copy(body: CopyRequest, registry: Annotated[ModelRegistry, Depends(ser
     alias = body.destination.removesuffix(":latest")
     problem = alias_problem(alias)
     if problem is not None:
-        raise ApiError(400, f"destination: {problem}", param="destination")
+        raise BadRequestError(f"destination: {problem}", param="destination")
     registry.add_alias(ident, alias)
     return Response(status_code=200)
 
@@ -200,8 +201,8 @@ def hub_ref(name: str) -> tuple[str, str | None, str]:
         bare = bare.removeprefix(host)
     ref = hub.parse_ref(bare)
     if ref is None:
-        raise ApiError(400, f"{name!r} names no Hugging Face model: pull org/repo[:TAG] (or hf.co/org/repo[:TAG]); "
-                            "Ollama's own library is not reachable from here", param="model")
+        raise BadRequestError(f"{name!r} names no Hugging Face model: pull org/repo[:TAG] (or "
+                              "hf.co/org/repo[:TAG]); Ollama's own library is not reachable from here", param="model")
     return ref[0], ref[1], served
 
 
@@ -212,7 +213,7 @@ async def pull(body: PullRequest, request: Request) -> Any:
     if not body.stream:
         async for line in _pulling(registry, repo, tag, name):
             if "error" in line:
-                raise ApiError(400, line["error"], param="model")
+                raise BadRequestError(line["error"], param="model")
         return {"status": "success"}
     return StreamingResponse(ndjson(_pulling(registry, repo, tag, name)), media_type="application/x-ndjson")
 

@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.responses import FileResponse, Response
 
 from ..dialects import OPENAI
-from ..errors import ApiError
+from ..errors import NotFoundError
 
 router = OPENAI.router()
 
@@ -51,13 +51,13 @@ async def static(request: Request, name: str) -> FileResponse:
 def _page_on(request: Request) -> None:
     """With --no-webui none of the page's paths is served: 404, as llama-server's --no-webui."""
     if not request.app.state.webui:
-        raise ApiError(404, "the chat page is off (llamaplug serve --no-webui)", code="not_found")
+        raise NotFoundError("the chat page is off (llamaplug serve --no-webui)")
 
 
 def _file(request: Request, name: str) -> FileResponse:
     _page_on(request)
     path = STATIC / name
     if not _NAME.fullmatch(name) or not path.is_file():
-        raise ApiError(404, f"no page file {name!r}", code="not_found")
+        raise NotFoundError(f"no page file {name!r}")
     return FileResponse(path, media_type=_TYPES[path.suffix],
                         headers={"Content-Security-Policy": _POLICY, "Cache-Control": "no-cache"})

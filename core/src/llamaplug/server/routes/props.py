@@ -31,7 +31,7 @@ from ...high import saved_state
 from ...high.chat_template import ChatTemplate
 from ..deps import queried_model
 from ..dialects import NATIVE
-from ..errors import ERROR_RESPONSES, ApiError
+from ..errors import ERROR_RESPONSES, BadRequestError, NotSupportedError, ServerFaultError
 from ..native_schemas import SlotFile
 from ..registry import Served
 
@@ -59,8 +59,7 @@ async def props(request: Request, served: Annotated[Served, Depends(queried_mode
 @router.get("/slots", responses={**ERROR_RESPONSES, 501: ERROR_RESPONSES[400]})
 async def slots(request: Request, served: Annotated[Served, Depends(queried_model)]) -> list[dict[str, Any]]:
     if not getattr(request.app.state, "endpoint_slots", True):
-        raise ApiError(501, "This server does not support slots endpoint. Start it with `--slots`",
-                       "not_supported_error")
+        raise NotSupportedError("This server does not support slots endpoint. Start it with `--slots`")
     engine = served.llama.engine
     return [{"id": i, "n_ctx": engine.n_ctx_seq, "speculative": False, "is_processing": running}
             for i, running in enumerate(engine.slots_running())]
@@ -71,17 +70,17 @@ async def slot_action(request: Request, id_slot: int, action: Annotated[Literal[
                       served: Annotated[Served, Depends(queried_model)],
                       body: Annotated[SlotFile | None, Body()] = None) -> dict[str, Any]:
     if not 0 <= id_slot < served.llama.engine.n_slots:
-        raise ApiError(400, "Invalid slot ID", param="id_slot")
+        raise BadRequestError("Invalid slot ID", param="id_slot")
     if action == "erase":
         return await asyncio.to_thread(_erase, served, id_slot)
     folder = request.app.state.slot_save_path
     if folder is None:
-        raise ApiError(400, "This server does not support slots action. Start it with `--slot-save-path`",
-                       param="action")
+        raise BadRequestError("This server does not support slots action. Start it with `--slot-save-path`",
+                              param="action")
     if body is None or body.filename is None:
-        raise ApiError(400, "filename: a JSON body {\"filename\": ...} is needed", param="filename")
+        raise BadRequestError("filename: a JSON body {\"filename\": ...} is needed", param="filename")
     if not valid_filename(body.filename):
-        raise ApiError(400, "Invalid filename", param="filename")
+        raise BadRequestError("Invalid filename", param="filename")
     if action == "save":
         return await asyncio.to_thread(_save, served, id_slot, Path(folder), body.filename)
     return await asyncio.to_thread(_restore, served, id_slot, Path(folder), body.filename)
@@ -136,21 +135,21 @@ def _slot_file(folder: Path, name: str, flags: int, action: str) -> Iterator[int
         folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         log.error("--slot-save-path %s is not a folder this server can open", folder)
-        raise ApiError(500, f"Unable to {action} slot: the slot folder (--slot-save-path) cannot be opened",
-                       "server_error", param="filename") from None
+        raise ServerFaultError(f"Unable to {action} slot: the slot folder (--slot-save-path) cannot be opened",
+                               param="filename") from None
     try:
         try:  # O_NONBLOCK: opening a FIFO does not wait for its other end
             fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666, dir_fd=folder_fd)
         except FileNotFoundError:
-            raise ApiError(400, f"Unable to {action} slot: no such slot save file", param="filename") from None
+            raise BadRequestError(f"Unable to {action} slot: no such slot save file", param="filename") from None
         except OSError as exc:
             why = "it is a symbolic link, not followed" if exc.errno == errno.ELOOP else exc.strerror
-            raise ApiError(400, f"Unable to {action} slot file {name!r}: {why}", param="filename") from None
+            raise BadRequestError(f"Unable to {action} slot file {name!r}: {why}", param="filename") from None
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
-                raise ApiError(400, f"Unable to {action} slot file {name!r}: not a plain file of the slot folder "
-                                    "(a hard link, a FIFO or a device)", param="filename")
+                raise BadRequestError(f"Unable to {action} slot file {name!r}: not a plain file of the slot folder "
+                                      "(a hard link, a FIFO or a device)", param="filename")
             os.set_blocking(fd, True)
             yield fd
         finally:

@@ -15,7 +15,7 @@ from fastapi import Depends
 from ...high.embeddings import rerank_tokens
 from ..deps import served_model
 from ..dialects import NATIVE
-from ..errors import ERROR_RESPONSES, ApiError
+from ..errors import ERROR_RESPONSES, BadRequestError
 from ..native_schemas import RerankRequest
 from ..registry import Served
 
@@ -27,7 +27,7 @@ async def rerank(body: RerankRequest, served: Annotated[Served, Depends(served_m
     tei = body.texts is not None
     documents = body.documents if body.documents is not None else body.texts
     if not documents:
-        raise ApiError(400, '"documents" must be a non-empty string array', param="documents")
+        raise BadRequestError('"documents" must be a non-empty string array', param="documents")
     scores = await served.allama.rerank(body.query, documents)
     model = served.llama.model
     n_tokens = sum(len(rerank_tokens(model, body.query, d)) for d in documents)

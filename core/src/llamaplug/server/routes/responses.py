@@ -28,7 +28,7 @@ from ...high.requests import chat_job, collect
 from ...high.tool_calls import ToolCall
 from ..deps import served_model, token_limit
 from ..dialects import RESPONSES, named_event
-from ..errors import ERROR_RESPONSES, ApiError
+from ..errors import ERROR_RESPONSES, ApiError, BadRequestError
 from ..registry import Served
 from ..request_fields import progress
 from ..request_limits import check_messages
@@ -148,7 +148,7 @@ def _response_format(body: ResponsesRequest) -> dict[str, Any] | None:
     if form.type == "json_object":
         return {"type": "json_object"}
     if form.json_schema is None:
-        raise ApiError(400, "text.format json_schema needs a schema", param="text.format.schema")
+        raise BadRequestError("text.format json_schema needs a schema", param="text.format.schema")
     return {"type": "json_schema", "json_schema": {"name": form.name, "schema": form.json_schema}}
 
 
