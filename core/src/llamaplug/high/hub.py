@@ -28,7 +28,8 @@ from ..errors import HubError, InvalidParameterError, ModelNotFoundError
 
 log = logging.getLogger("llamaplug.hub")
 
-_SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+# A split GGUF's file name (llama.cpp's llama_split_prefix): PREFIX-00001-of-00003.gguf (model_card.py reads it too).
+SPLIT_GGUF = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 # Files of a GGUF repository that are not a model to run (llama.cpp's gguf_filename_is_model).
 _NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
 DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
@@ -109,7 +110,7 @@ def _choices(paths: list[str]) -> dict[str, list[str]]:
     """Model files grouped into choices: a split model's parts are one choice, named by its first part."""
     groups: dict[str, list[str]] = {}
     for path in paths:
-        found = _SPLIT.match(path)
+        found = SPLIT_GGUF.match(path)
         if found is None:
             groups[path] = [path]
             continue
@@ -149,13 +150,13 @@ def pick(files: list[str], repo_id: str, filename: str | None = None, tag: str |
         asked = "a model (tags " + ", ".join(DEFAULT_TAGS) + " or any)"
         matched = next((m for m in (_by_tag(files, t) for t in DEFAULT_TAGS) if m), [])
         if not matched:  # the first model file (a split model's first part)
-            firsts = [f for f in files if _is_model(f) and (_SPLIT.match(f) is None or
-                                                            int(_SPLIT.match(f)["index"]) == 1)]
+            firsts = [f for f in files if _is_model(f) and (SPLIT_GGUF.match(f) is None or
+                                                                int(SPLIT_GGUF.match(f)["index"]) == 1)]
             matched = firsts[:1]
     split_parts = _choices(ggufs)
     chosen: dict[str, list[str]] = {}
     for path in matched:
-        found = _SPLIT.match(path)
+        found = SPLIT_GGUF.match(path)
         first = f"{found['prefix']}-00001-of-{found['count']}.gguf" if found else path
         chosen[first] = split_parts.get(first, [path])
     listing = "\n  ".join(ggufs) if ggufs else "(none)"
@@ -165,7 +166,7 @@ def pick(files: list[str], repo_id: str, filename: str | None = None, tag: str |
         raise InvalidParameterError(f"{repo_id}: {asked} matches {len(chosen)} models, say which:\n  "
                                     + "\n  ".join(chosen), field="filename")
     first, parts = next(iter(chosen.items()))
-    found = _SPLIT.match(first)
+    found = SPLIT_GGUF.match(first)
     if found is not None:
         count = int(found["count"])
         expected = [f"{found['prefix']}-{i:05d}-of-{found['count']}.gguf" for i in range(1, count + 1)]
@@ -293,7 +294,7 @@ def cached_models(cache_dir: str | os.PathLike[str] | None = None) -> list[Cache
 def _tag_of(files: list[str], repo_id: str, first: str) -> str | None:
     """The shortest tail of `first`'s name ("Q8_0", "Instruct-Q8_0") that picks it alone, as `pick` picks by tag."""
     name = first.rsplit("/", 1)[-1]
-    split = _SPLIT.match(name)
+    split = SPLIT_GGUF.match(name)
     words = (split["prefix"] if split else name.removesuffix(".gguf")).split("-")
     for k in range(1, len(words)):
         tag = "-".join(words[-k:])

@@ -16,8 +16,8 @@ from typing import Any
 
 from ..blocks.gguf_info import GgufInfo, read_gguf_info
 from ..blocks.quantize import QUANT_TYPES
+from .hub import SPLIT_GGUF
 
-_SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -85,7 +85,7 @@ def _card(path: str, mtime_ns: int) -> ModelCard:
 
 def split_parts(path: Path) -> list[Path]:
     """Every part of the split model whose first part is `path` (`path` alone if it is not split)."""
-    found = _SPLIT.match(path.name)
+    found = SPLIT_GGUF.match(path.name)
     if found is None:
         return [path]
     count = int(found["count"])
