@@ -18,119 +18,46 @@ never closed while a lease on it is held. Around that:
   its requests wait for the new load.
 
 All of this state lives on the event loop's thread; only Llama.load and Llama.close run
-in threads.
+in threads. Apart: what a model is served as and its lifecycle record (served.py), the idle
+timers (keep_alive.py), the queue's bound (queue_limit.py), glibc's allocator tuned for models
+that come and go (allocator.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
-import dataclasses
-import enum
 import logging
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
 from ..errors import InvalidParameterError, LlamaError
-from ..high.async_llama import AsyncLlama
 from ..high.chat import ChatSettings
-from ..high.embeddings import default_pooling
 from ..high.engine import Engine
 from ..high.llama import Llama
 from ..high.requests import chat_job
 from ..high.template_probe import probe_chat_template
 from ..params import LlamaParams
-from . import durations
+from . import allocator
 from .api_error import (
-    BadRequestError,
     ModelExistsError,
     ModelLoadError,
     ModelNotLoadedError,
     ModelNotServedError,
     ModelPinnedError,
     NoRoomError,
-    QueueFullError,
 )
+from .keep_alive import IdleTimers, parse_keep_alive
 from .model_specs import ModelSpec, load_failure
 from .preload import load_warmed
+from .queue_limit import DEFAULT_MAX_QUEUE, QueueLimit
+from .served import ModelEntry, ModelState, Served, own_pooling
 
 log = logging.getLogger("llamaplug.server.registry")
 
-DEFAULT_MAX_QUEUE = 512  # as Ollama's OLLAMA_MAX_QUEUE
-
-
-class ModelState(str, enum.Enum):
-    UNLOADED = "unloaded"
-    LOADING = "loading"
-    LOADED = "loaded"
-    SLEEPING = "sleeping"  # unloaded by --sleep-idle; loads again on the next request
-
-
-@dataclasses.dataclass(eq=False)
-class Served:
-    """A served model: its API name, the Llama, and its serving settings."""
-
-    id: str
-    llama: Llama
-    pooling: str | None = None  # for /v1/embeddings (see create_app)
-    created: int = dataclasses.field(default_factory=lambda: int(time.time()))
-    chat_template: str | None = None
-    chat: ChatSettings = dataclasses.field(default_factory=ChatSettings)
-    sampling: dict[str, Any] = dataclasses.field(default_factory=dict)  # what a request's own fields override
-    allama: AsyncLlama = dataclasses.field(init=False)
-
-    def __post_init__(self) -> None:
-        self.allama = AsyncLlama(self.llama)
-
-    def chat_options(self, **given: Any) -> dict[str, Any]:
-        """The keyword arguments of a chat request (high.requests.chat_job's options): the request's fields
-        (None: not given), then this model's template and the server's chat defaults, filled in once here."""
-        return self.chat.options(self.chat_template, **given)
-
-    @classmethod
-    def of(cls, llama: Llama, name: str | None = None, pooling: str | None = None,
-           chat_template: str | None = None) -> Served:
-        """`llama` under `name` (default: its file's name), pooling by default its own, mean for a model without."""
-        return cls(name or llama.params.model_path.name, llama, pooling or _own_pooling(llama),
-                   chat_template=chat_template)
-
-
-class _Entry:
-    """One served model's lifecycle state (event-loop thread only)."""
-
-    def __init__(self, spec: ModelSpec | None, served: Served | None):
-        self.spec = spec  # None: given loaded (create_app's Llama), never unloaded
-        self.served = served
-        self.id = spec.id if spec is not None else served.id  # type: ignore[union-attr]
-        self.aliases = spec.aliases if spec is not None else ()
-        self.created = served.created if served is not None else int(time.time())
-        self.state = ModelState.LOADED if served is not None else ModelState.UNLOADED
-        self.users = 0  # leases held
-        self.wanted = 0  # requests waiting for this entry's running load (each gets a lease when it ends)
-        self.last_used = time.monotonic()
-        self.keep_alive: float | None = None  # the last request's `keep_alive` (None: the server's)
-        self.loading: asyncio.Task[None] | None = None
-        self.unloading: asyncio.Task[None] | None = None
-        self.down = False  # its engine stopped: down until a load succeeds
-        self.timer: asyncio.TimerHandle | None = None
-        self.drained = asyncio.Event()
-        self.drained.set()
-
-    def changed(self) -> None:
-        if self.users == 0 and self.wanted == 0:
-            self.drained.set()
-        else:
-            self.drained.clear()
-
-    def waiting(self) -> int:
-        """Its leases beyond its slots: requests queued in its engine."""
-        if self.served is None:
-            return 0
-        return max(0, self.users - self.served.llama.engine.n_slots)
+__all__ = ["DEFAULT_MAX_QUEUE", "ModelRegistry", "ModelSpec", "ModelState", "Served", "check_template", "load_warm",
+           "parse_keep_alive", "warm_chat"]
 
 
 def load_warm(params: LlamaParams) -> Llama:
@@ -173,13 +100,10 @@ class ModelRegistry:
         if max_loaded is not None and max_loaded < 1:
             raise InvalidParameterError(f"max_loaded (--max-loaded) must be at least 1, not {max_loaded}",
                                         field="max_loaded")
-        if max_queue < 1:
-            raise InvalidParameterError(f"max_queue (--max-queue) must be at least 1, not {max_queue}",
-                                        field="max_queue")
         self.chat = chat or ChatSettings()  # the server's chat defaults (given models keep their own)
-        self._entries: dict[str, _Entry] = {}
-        self._names: dict[str, _Entry] = {}  # ids and aliases
-        for entry in [_Entry(None, s) for s in models or []] + [_Entry(s, None) for s in specs or []]:
+        self._entries: dict[str, ModelEntry] = {}
+        self._names: dict[str, ModelEntry] = {}  # ids and aliases
+        for entry in [ModelEntry(None, s) for s in models or []] + [ModelEntry(s, None) for s in specs or []]:
             for name in (entry.id, *entry.aliases):
                 if name in self._names:
                     raise InvalidParameterError(f"two served models are named {name!r}: give one another alias",
@@ -188,13 +112,13 @@ class ModelRegistry:
             self._entries[entry.id] = entry
         if not self._entries:
             raise InvalidParameterError("a registry needs at least one model", field="models")
-        self.max_loaded, self.keep_alive, self.sleep_idle = max_loaded, keep_alive, sleep_idle
+        self.max_loaded = max_loaded
+        self._idle = IdleTimers(keep_alive, sleep_idle, self._unload, self._background)
         if specs and (len(self._entries) > 1 or keep_alive is not None or sleep_idle is not None):
-            _map_big_buffers()  # models will come and go
-        self.max_queue = max_queue
+            allocator.map_big_buffers()  # models will come and go
+        self._queue = QueueLimit(max_queue)
         self._loader = loader or load_warm
         self._room: asyncio.Lock | None = None  # one eviction decision at a time (made on first use: needs a loop)
-        self._waiting = 0  # requests waiting for a load or an unload
         self._unload_hooks: list[Callable[[str, Engine], None]] = []
         self._tasks: set[asyncio.Task[None]] = set()  # idle unloads and reloads under way
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's, once a request came (engine-stop hooks)
@@ -245,7 +169,7 @@ class ModelRegistry:
             raise ModelNotLoadedError(f"model {entry.id!r} is {entry.state.value}", param="model")
         return entry.served
 
-    def _entry(self, name: str | None, lenient: bool = False) -> _Entry:
+    def _entry(self, name: str | None, lenient: bool = False) -> ModelEntry:
         """The model `name` names. `lenient` (a request's `model`): llama-server's single-model leniency, where
         with one model served any name gets it, so clients that must send some `model` ("gpt-4o-mini") work
         unchanged; with several, an unknown name stays a 404."""
@@ -280,9 +204,9 @@ class ModelRegistry:
             entry.users -= 1
             entry.last_used = time.monotonic()
             entry.changed()
-            self._when_idle(entry)
+            self._idle.start(entry)
 
-    async def _acquire(self, entry: _Entry) -> Served:
+    async def _acquire(self, entry: ModelEntry) -> Served:
         self._loop = asyncio.get_running_loop()
         self._revive_if_stopped(entry)
         self._drop_if_lost(entry)
@@ -291,7 +215,7 @@ class ModelRegistry:
             self._check_queue(entry.users >= entry.served.llama.engine.n_slots)  # would it wait for a slot?
             return self._take(entry)
         self._check_queue(True)
-        self._waiting += 1
+        self._queue.loading += 1
         try:
             while True:
                 if entry.unloading is not None:
@@ -313,9 +237,9 @@ class ModelRegistry:
                 if entry.state is ModelState.LOADED:
                     return self._take(entry)
         finally:
-            self._waiting -= 1
+            self._queue.loading -= 1
 
-    def _drop_if_lost(self, entry: _Entry) -> None:
+    def _drop_if_lost(self, entry: ModelEntry) -> None:
         """A model whose RPC server's connection broke cannot decode again (its weights were there): unload it,
         once the requests on it have failed, so that this request loads it anew (Llama.load checks the server
         first: while it is down, the load is the request's error)."""
@@ -333,7 +257,7 @@ class ModelRegistry:
             self._revive_if_stopped(entry)
         return [e.id for e in self._entries.values() if e.down]
 
-    def _watch(self, entry: _Entry, llama: Llama) -> None:
+    def _watch(self, entry: ModelEntry, llama: Llama) -> None:
         """Reload `entry` by itself if the engine of `llama` stops for good."""
 
         def stopped(_: BaseException) -> None:  # on the engine's thread
@@ -343,7 +267,7 @@ class ModelRegistry:
 
         llama.engine.on_stop(stopped)
 
-    def _revive_if_stopped(self, entry: _Entry) -> None:
+    def _revive_if_stopped(self, entry: ModelEntry) -> None:
         served = entry.served
         if served is None or served.llama.engine.failure is None or entry.unloading is not None:
             return
@@ -356,13 +280,13 @@ class ModelRegistry:
         entry.unloading = asyncio.ensure_future(self._drain_and_close(entry, ModelState.UNLOADED))
         self._background(self._reload(entry), "a reload after the engine stopped")
 
-    async def _reload(self, entry: _Entry) -> None:
+    async def _reload(self, entry: ModelEntry) -> None:
         await self._unload(entry, ModelState.UNLOADED)
         if self._entries.get(entry.id) is entry and entry.state is not ModelState.LOADED:  # (not removed)
             await self.load(entry.id)
 
-    def _take(self, entry: _Entry) -> Served:
-        self._cancel_timer(entry)
+    def _take(self, entry: ModelEntry) -> Served:
+        self._idle.cancel(entry)
         entry.users += 1
         entry.last_used = time.monotonic()
         entry.changed()
@@ -370,12 +294,8 @@ class ModelRegistry:
         return entry.served
 
     def _check_queue(self, would_wait: bool) -> None:
-        if not would_wait:
-            return
-        waiting = self._waiting + sum(e.waiting() for e in self._entries.values())
-        if waiting >= self.max_queue:
-            raise QueueFullError(f"the server is busy: {waiting} requests are waiting (--max-queue {self.max_queue});"
-                                 " retry later", headers={"Retry-After": "1"})
+        if would_wait:
+            self._queue.check(sum(e.waiting() for e in self._entries.values()))
 
     # -- loading and unloading ---------------------------------------------------------------------------
     def preload(self, name: str, llama: Llama | None = None) -> Served:
@@ -387,7 +307,7 @@ class ModelRegistry:
         assert entry.spec is not None and entry.served is None
         llama = self._loader(entry.spec.params) if llama is None else warm_chat(llama)
         check_template(llama, entry.spec.chat_template)
-        entry.served = Served(entry.id, llama, entry.spec.pooling or _own_pooling(llama), entry.created,
+        entry.served = Served(entry.id, llama, entry.spec.pooling or own_pooling(llama), entry.created,
                               entry.spec.chat_template, self.chat, entry.spec.sampling)
         entry.state = ModelState.LOADED
         self._watch(entry, llama)
@@ -396,7 +316,7 @@ class ModelRegistry:
     async def load(self, name: str) -> Served:
         """Load the model named `name` now (if it is not loaded), as a request for it would."""
         entry = self._entry(name)
-        self._waiting += 1
+        self._queue.loading += 1
         try:
             while entry.state is not ModelState.LOADED or entry.unloading is not None:
                 if entry.unloading is not None:
@@ -406,8 +326,8 @@ class ModelRegistry:
                     entry.loading = asyncio.ensure_future(self._load(entry))
                 await asyncio.shield(entry.loading)
         finally:
-            self._waiting -= 1
-        self._when_idle(entry)
+            self._queue.loading -= 1
+        self._idle.start(entry)
         assert entry.served is not None
         return entry.served
 
@@ -420,7 +340,7 @@ class ModelRegistry:
             await asyncio.shield(entry.loading)
         await self._unload(entry, state)
 
-    async def _load(self, entry: _Entry) -> None:
+    async def _load(self, entry: ModelEntry) -> None:
         assert entry.spec is not None
         before = entry.state
         entry.state = ModelState.LOADING
@@ -433,7 +353,7 @@ class ModelRegistry:
                 log.info("loading %s (%s)", spec.id, spec.params.model_path)
                 llama = await asyncio.to_thread(self._loader, spec.params)
                 await asyncio.to_thread(check_template, llama, spec.chat_template)
-                entry.served = Served(spec.id, llama, spec.pooling or _own_pooling(llama), entry.created,
+                entry.served = Served(spec.id, llama, spec.pooling or own_pooling(llama), entry.created,
                                       spec.chat_template, self.chat, spec.sampling)
                 entry.state = ModelState.LOADED
                 entry.down = False
@@ -450,7 +370,7 @@ class ModelRegistry:
         finally:
             entry.loading = None
 
-    async def _make_room(self, entry: _Entry) -> None:
+    async def _make_room(self, entry: ModelEntry) -> None:
         """Unload least recently used models until loading `entry` stays within max_loaded."""
         while self.max_loaded is not None:
             closing = [e.unloading for e in self._entries.values() if e.unloading is not None]
@@ -469,18 +389,18 @@ class ModelRegistry:
             log.info("unloading %s to make room for %s (--max-loaded %d)", victim.id, entry.id, self.max_loaded)
             await self._unload(victim, ModelState.UNLOADED)
 
-    async def _unload(self, entry: _Entry, state: ModelState) -> None:
+    async def _unload(self, entry: ModelEntry, state: ModelState) -> None:
         if entry.unloading is None:
             if entry.served is None:
                 return
             entry.unloading = asyncio.ensure_future(self._drain_and_close(entry, state))
         await asyncio.shield(entry.unloading)
 
-    async def _drain_and_close(self, entry: _Entry, state: ModelState) -> None:
+    async def _drain_and_close(self, entry: ModelEntry, state: ModelState) -> None:
         try:
             while entry.users or entry.wanted:  # never close a model under a request
                 await entry.drained.wait()
-            self._cancel_timer(entry)
+            self._idle.cancel(entry)
             served, entry.served = entry.served, None  # out of engines() first: its counters move to the hooks
             assert served is not None
             for hook in self._unload_hooks:
@@ -502,22 +422,19 @@ class ModelRegistry:
 
     def expires_in(self, name: str) -> float | None:
         """Seconds until the idle timer of the model named `name` unloads it; None: no timer runs."""
-        e = self._entry(name)
-        if e.timer is None:
-            return None
-        return max(0.0, e.timer.when() - asyncio.get_running_loop().time())
+        return self._idle.expires_in(self._entry(name))
 
     def add(self, spec: ModelSpec) -> None:
         """Serve one more model, loaded when first asked for; a name already served is a 400."""
         for name in (spec.id, *spec.aliases):
             if name in self._names:
                 raise ModelExistsError(f"a served model is already named {name!r}", param="model")
-        entry = _Entry(spec, None)
+        entry = ModelEntry(spec, None)
         self._entries[entry.id] = entry
         for name in (spec.id, *spec.aliases):
             self._names[name] = entry
         if len(self._entries) > 1:
-            _map_big_buffers()
+            allocator.map_big_buffers()
 
     def add_alias(self, name: str, alias: str) -> None:
         """Make `alias` one more name of the model named `name`."""
@@ -547,23 +464,7 @@ class ModelRegistry:
             await asyncio.shield(entry.loading)
         await self._unload(entry, ModelState.UNLOADED)
 
-    # -- idle timers -------------------------------------------------------------------------------------
-    def _when_idle(self, entry: _Entry) -> None:
-        """After a request: start the idle timer of `entry` (keep-alive or sleep) if nothing uses it."""
-        if entry.users or entry.wanted or entry.spec is None or entry.served is None:
-            return
-        if entry.keep_alive is not None:  # a request's own, as Ollama's: it alone says
-            timers = [(entry.keep_alive, ModelState.UNLOADED)]
-        else:
-            timers = [(self.keep_alive, ModelState.UNLOADED), (self.sleep_idle, ModelState.SLEEPING)]
-        timers = [(t, s) for t, s in timers if t is not None and t >= 0]
-        if not timers:
-            return
-        delay, state = min(timers, key=lambda t: t[0])
-        self._cancel_timer(entry)
-        loop = asyncio.get_running_loop()
-        entry.timer = loop.call_later(delay, lambda: self._background(self._idle_unload(entry, state)))
-
+    # -- work nobody awaits ------------------------------------------------------------------------------
     def _background(self, work: Coroutine[Any, Any, None], what: str = "an idle model's unload") -> None:
         """Run `work` as a task that nobody awaits: kept referenced until it ends, its failure logged."""
         task = asyncio.ensure_future(work)
@@ -576,77 +477,17 @@ class ModelRegistry:
 
         task.add_done_callback(done)
 
-    async def _idle_unload(self, entry: _Entry, state: ModelState) -> None:
-        entry.timer = None
-        if entry.users or entry.wanted or entry.loading is not None or entry.served is None:
-            return
-        await self._unload(entry, state)
-        if entry.keep_alive == 0:  # "unload after this request" is done: a later load keeps the server's own
-            entry.keep_alive = None
-
-    @staticmethod
-    def _cancel_timer(entry: _Entry) -> bool:
-        if entry.timer is None:
-            return False
-        entry.timer.cancel()
-        entry.timer = None
-        return True
-
     def close(self) -> None:
         """Close every loaded model (at shutdown; from any thread, after the last request)."""
         for entry in self._entries.values():
-            if entry.timer is not None:
-                entry.timer.cancel()
+            self._idle.cancel(entry)
             if entry.served is not None:
                 entry.served.llama.close()
                 entry.served = None
                 entry.state = ModelState.UNLOADED
 
 
-def parse_keep_alive(value: float | int | str | None, field: str = "keep_alive") -> float | None:
-    """Seconds from a request's `keep_alive` (see durations.py); a 400 naming `field` if it is no duration."""
-    if value is None:
-        return None
-    try:
-        return durations.seconds(value)
-    except ValueError as exc:
-        raise BadRequestError(f"{field}: {exc}", param=field) from None
-
-
 def _close(llama: Llama) -> None:
     """Close `llama` and give its freed memory back to the system (glibc keeps freed heap pages otherwise)."""
     llama.close()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _map_big_buffers() -> None:
-    """Have glibc mmap every allocation from 1 MiB up, so that freeing a model's buffers unmaps them.
-
-    By default glibc raises its mmap threshold each time a mapped chunk is freed (up to 32 MiB):
-    after the first unload, the next model's KV cache and compute buffers come from the heaps,
-    where freed memory stays with the process. Measured on SmolLM2/Gemma-3 swaps: +16-23 % RSS
-    after 16 swapping requests without this, +2 % with it. Setting the threshold also stops the
-    raising. Process-wide: called by a registry whose models come and go (several, or idle timers),
-    not for one model served for good (whose big buffers are allocated once anyway).
-    """
-    if _LIBC is not None and hasattr(_LIBC, "mallopt"):
-        _LIBC.mallopt(_M_MMAP_THRESHOLD, 1 << 20)
-
-
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
-
-
-def _glibc() -> ctypes.CDLL | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc if hasattr(libc, "malloc_trim") else None
-    except OSError:
-        return None
-
-
-_LIBC = _glibc() if sys.platform.startswith("linux") else None
-
-
-def _own_pooling(llama: Llama) -> str | None:
-    return default_pooling(llama)  # Llama.embed's default too: the two agree
+    allocator.trim()
