@@ -20,7 +20,7 @@ PROBES = frozenset({"/health", "/v1/health"})
 
 
 class AccessLog:
-    """The ASGI middleware (plain ASGI: no task group per request, as the app's _Guard). `stopped` is called
+    """The ASGI middleware (plain ASGI: no task group per request, as middleware.py's). `stopped` is called
     when the app's shutdown is complete (its models closed): uvicorn may end the process by raising the
     signal again right after, so a line said after it returns would be lost."""
 
