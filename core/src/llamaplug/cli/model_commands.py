@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import HubError, InvalidParameterError, LlamaError
+from ..errors import HubError, InvalidParameterError, LlamaError
 
 
 def _ref(model: str) -> tuple[str, str | None]:
-    from .high import hub
+    from ..high import hub
 
     bare = model.removesuffix(":latest")
     for host in ("hf.co/", "huggingface.co/", "https://huggingface.co/"):
@@ -52,7 +52,7 @@ def _ago(when: float) -> str:
 def cmd_pull(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .high import hub
+    from ..high import hub
 
     repo, tag = _ref(args.model)
     bars: dict[str, Any] = {}
@@ -76,8 +76,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .high import hub
-    from .high.model_card import card
+    from ..high import hub
+    from ..high.model_card import card
 
     rows = [("NAME", "SIZE", "QUANTIZATION", "MODIFIED")]
     for m in hub.cached_models():
@@ -94,7 +94,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _find(model: str) -> Path:
     """A GGUF path, or the cached file "org/repo[:TAG]" names (no download)."""
-    from .high import hub
+    from ..high import hub
 
     if Path(model).is_file():
         return Path(model)
@@ -107,7 +107,7 @@ def _find(model: str) -> Path:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .high.model_card import card
+    from ..high.model_card import card
 
     c = card(_find(args.model))
     if args.template:
@@ -132,7 +132,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from .high import hub
+    from ..high import hub
 
     for model in args.model:
         repo, tag = _ref(model)

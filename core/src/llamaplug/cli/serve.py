@@ -1,0 +1,172 @@
+"""`llamaplug serve` (the HTTP server, here or on Ray) and `llamaplug rpc-server` (this machine's devices for
+others)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from .options import chat_settings, draft_params, request_defaults
+from .startup import started
+
+if TYPE_CHECKING:
+    from ..params import LlamaParams
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ..catalog import default_model
+    from ..errors import InvalidParameterError
+
+    if not args.models_dir and not args.ray:  # the -m models load with the default backends
+        from ..blocks.backend import probe_ahead
+
+        probe_ahead()  # the backends' probes run while the web stack imports: /health is ready sooner
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("uvicorn") is None:
+            raise ImportError(name="uvicorn")
+        from ..server.model_specs import spec_for_file, specs_from_dir
+    except ImportError as exc:
+        raise InvalidParameterError(f'`llamaplug serve` needs the server extra: pip install "llamaplug[server]" '
+                                    f"({exc.name} is missing)") from None
+    from ..serve_flags import settle
+
+    settle(args)  # LLAMA_ARG_* variables the command line did not override
+    from . import serve_log
+
+    native_log = serve_log.configure(args.log, args.log_format, args.verbose)
+    if args.api_key is None and any(h.strip() not in ("127.0.0.1", "localhost", "::1") and not h.endswith(".sock")
+                                    for h in args.host.split(",")):
+        serve_log.log.warning("serving on %s, not loopback, without --api-key: anyone who reaches it can use it",
+                              args.host)
+    # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
+    base: dict[str, object] = {"n_ctx": args.ctx_size, "n_seq_max": args.parallel, "cache_ram_mib": args.cache_ram,
+                               "log_level": native_log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed}
+    if args.threads:
+        base["n_threads"] = args.threads
+    if args.rpc:
+        base["rpc_servers"] = [e.strip() for given in args.rpc for e in given.split(",") if e.strip()]
+    if args.n_batch:
+        base["n_batch"] = args.n_batch
+    if args.flash_attn:
+        base["flash_attn_type"] = args.flash_attn
+    base.update(draft_params(args))
+    files = args.model or ([] if args.models_dir else [default_model(args.catalog)])
+    aliases = args.alias or []
+    if len(files) == 1 and len(aliases) > 1:  # llama-server's one model: each -a adds names to it
+        aliases = [",".join(aliases)]
+    if len(aliases) > len(files):
+        raise InvalidParameterError(f"{len(aliases)} --alias for {len(files)} -m: give one --alias after each -m "
+                                    "it names", field="alias")
+    if args.mmproj and len(files) != 1:
+        raise InvalidParameterError("--mmproj goes with one -m; in a models dir, give each model's in models.toml",
+                                    field="mmproj")
+    template, chat = chat_settings(args)
+    skipping = lambda message: print(f"warning: {message}", file=sys.stderr)  # noqa: E731  (at any --log)
+    specs = specs_from_dir(args.models_dir, base, skipping) if args.models_dir else []
+    specs += [spec_for_file(f, base, aliases[i] if i < len(aliases) else None, mmproj=args.mmproj,
+                            pooling=args.pooling, chat_template=template, tags=args.tags) for i, f in enumerate(files)]
+    defaults = request_defaults(args)
+    if defaults:
+        import dataclasses
+
+        specs = [dataclasses.replace(spec, sampling=defaults) for spec in specs]
+    if args.ray:
+        if len(specs) != 1:
+            raise InvalidParameterError("--ray serves one model (one -m); several models on Ray are not supported yet",
+                                        field="ray")
+        started()
+        return _serve_on_ray(specs[0].params, args)
+    if args.port == 0 and sum(not h.strip().endswith(".sock") for h in args.host.split(",") if h.strip()) > 1:
+        raise InvalidParameterError("--port 0 takes one TCP address in --host (each would get another port)",
+                                    field="port")
+    from ..server.listen import sockets
+
+    bound = sockets(args.host, args.port)  # before the load: a busy port is said now, not after it
+    loading = None
+    if len(specs) == 1:  # one model: load it now, so a bad file fails here rather than at the first request
+        from ..server import preload
+
+        # The load (native code, the GIL released) runs while the registry, the routes and the web stack
+        # import: /health is ready sooner. (Off the main thread the core leaves Ctrl-C alone, as uvicorn takes
+        # it over anyway.)
+        loading = preload.start(specs[0].params)
+    from ..server.registry import ModelRegistry
+
+    registry = ModelRegistry(specs=specs, max_loaded=args.max_loaded, keep_alive=args.keep_alive,
+                             sleep_idle=args.sleep_idle, max_queue=args.max_queue, chat=chat)
+    import time
+
+    from ..server.access_log import AccessLog
+    from ..server.app import create_app_for
+    from ..server.cors import Cors
+    from ..server.http_limits import uvicorn_options
+    from ..server.listen import serve_on
+
+    if loading is not None:
+        llama = registry.preload(specs[0].id, loading.result()).llama
+        serve_log.log.info("loaded %s: %d slots of %d tokens", specs[0].params.model_path, args.parallel,
+                           llama.engine.n_ctx_seq)
+    else:
+        serve_log.log.info("%d models, each loaded when first asked for: %s", len(specs),
+                           ", ".join(s.id for s in specs))
+    cors = Cors.serving(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials, args.api_key)
+    app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
+                         max_body=args.max_body_mib * 2**20, cors=cors, endpoint_slots=args.endpoint_slots,
+                         webui=args.webui)
+    # a line per request, ours (uvicorn's has no duration), and the last line once the app's shutdown is done
+    app.add_middleware(AccessLog, stopped=lambda: serve_log.stopped(time.monotonic() - began,
+                                                                    app.state.metrics.http_requests))
+    from ..server.request_limits import RequestLimits
+
+    app.state.request_limits = RequestLimits(args.max_messages, args.max_chars, args.max_inputs)
+    # uvicorn's loggers go to the handler serve_log set up (log_config None: uvicorn leaves logging alone)
+    options = {**uvicorn_options(args.max_header_kib * 1024), "log_level": "info" if args.verbose else "warning",
+               "access_log": False, "log_config": None}
+    started()
+    # SIGTERM or Ctrl-C: running requests get --shutdown-timeout seconds, then end with an error event (shutdown.py)
+    grace = args.shutdown_timeout
+    for sock in bound:  # connections wait in the backlog from now until uvicorn's loop accepts them
+        sock.listen(2048)  # uvicorn's backlog
+    serve_log.listening(bound, args.api_key)
+    began = time.monotonic()
+    serve_on(app, bound, grace=grace, **options)
+    return 0
+
+
+def _serve_on_ray(params: LlamaParams, args: argparse.Namespace) -> int:
+    from ..errors import InvalidParameterError
+
+    try:
+        from ..integrations import ray as on_ray
+    except ImportError as exc:
+        raise InvalidParameterError(f'`llamaplug serve --ray` needs Ray Serve: pip install "llamaplug[ray]" '
+                                    f"({exc.name} is missing)") from None
+    template, chat = chat_settings(args)
+    print(f"llamaplug serve on Ray ({args.ray_address or 'a local cluster'}): {args.replicas} replicas on "
+          f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    on_ray.run(params, replicas=args.replicas, address=args.ray_address, host=args.host, port=args.port,
+               threads=args.threads, model_id=(args.alias or [None])[0], api_key=args.api_key, pooling=args.pooling,
+               app_options={"n_predict": args.n_predict, "slot_save_path": args.slot_save_path,
+                            "chat_template": template, "chat": chat, "max_body": args.max_body_mib * 2**20})
+    return 0
+
+
+def cmd_rpc_server(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from ..blocks.backend import LlamaBackend
+
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger("llamaplug.rpc").warning(
+            "RPC has no authentication: anyone who reaches %s:%d can run graphs and read memory here",
+            args.host, args.port)
+        print(f"warning: serving on {args.host}, not loopback; RPC has no authentication", file=sys.stderr)
+    backend = LlamaBackend.init(backends=["rpc"])
+    print(f"llamaplug rpc-server on {args.host}:{args.port}", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the server loop is native: let Ctrl-C end the process
+    backend.rpc_start_server(args.host, args.port, args.threads)
+    return 0
