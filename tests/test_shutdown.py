@@ -5,7 +5,6 @@ open stream with its API's in-stream error event and a complete HTTP body, and e
 the wait. Before: uvicorn waited for the streams without a limit (116 s: until the client gave up), ignored a
 second SIGTERM, and a second Ctrl-C left CancelledError tracebacks, truncated bodies, once a segfault.
 
-The same run against the pin's llama-server is printed beside ours (`pytest -s`), not asserted: it is the floor.
 `llamaplug run` and `llamaplug chat` interrupted mid-reply leave without a traceback.
 """
 
@@ -21,7 +20,6 @@ import threading
 import time
 
 from llamaplug_testing import llamaplug_server
-from llamaplug_testing.servers import free_port, wait_healthy
 
 THREADS = 1
 COUNT = "Count from 1 to 1000, one number a line."
@@ -41,12 +39,11 @@ STREAMS = [
                                    "max_tokens": LONG}),
     ("responses", "/v1/responses", {"input": LIST, "stream": True, "max_output_tokens": LONG}),
     ("ollama", "/api/chat", {"messages": [{"role": "user", "content": LIST}], "options": {"num_predict": LONG}}),
-    ("ollama", "/api/generate", {"prompt": COUNT, "options": {"num_predict": LONG}}),
+    ("ollama", "/api/generate", {"prompt": NUMBERS, "raw": True, "options": {"num_predict": LONG}}),
     ("openai", "/v1/chat/completions", {"messages": [{"role": "user", "content": LIST.replace(", separated by commas",
                                                                                                ", one a line")}],
                                         "stream": True, "max_tokens": LONG}),
 ]
-ONLY_OPENAI = [s for s in STREAMS if s[0] in ("openai", "native")]  # what llama-server serves in all its shapes
 
 
 class Stream(threading.Thread):
@@ -120,6 +117,17 @@ def ended_with_error_event(family: str, last: str) -> bool:
     return "error" in json.loads(lines[-1][6:])  # native: no [DONE]
 
 
+def ended_normally(family: str, last: str) -> bool:
+    """Whether `last` is the family's own end of a finished reply."""
+    if family == "ollama":
+        return json.loads(last).get("done") is True
+    if family in ("anthropic", "responses"):
+        return last.startswith(("event: message_stop", "event: response.completed"))
+    if family == "openai":
+        return last.endswith("data: [DONE]")
+    return json.loads(last.splitlines()[-1][6:]).get("stop") is True
+
+
 def open_streams(port: int, which: list[tuple[str, str, dict]]) -> list[Stream]:
     streams = [Stream(port, *s) for s in which]
     for s in streams:
@@ -155,9 +163,15 @@ def stop(proc: subprocess.Popen, signals: list[tuple[float, int]], streams: list
 def assert_clean(result: dict, stderr: str, within: float) -> None:
     assert result["code"] == 0, (result, stderr[-3000:])
     assert result["exit_s"] < within, result
+    cut = 0
     for (path, whole, last, _, error), s in zip(result["streams"], result["family"]):
         assert whole and error is None, (path, result)  # the body's last chunk came: not cut
-        assert ended_with_error_event(s, last), (path, last)
+        error_event = ended_with_error_event(s, last)
+        assert error_event or ended_normally(s, last), (path, last)
+        cut += error_event
+    # A greedy reply may end by itself within the grace time on some CPU (CI's /api/generate did: 8 tokens): that
+    # stream ended normally, the rest must end with their error event.
+    assert cut >= len(result["streams"]) - 2, result["streams"]
     for bad in ("Traceback", "CancelledError", "Segmentation", "Aborted", "core dumped", "failed to decode"):
         assert bad not in stderr, stderr[-3000:]
 
@@ -230,25 +244,6 @@ def _refused(port: int) -> bool:
     except OSError:
         return True
     return False
-
-
-def test_llama_server_beside_it(native_tools, smollm2_path):
-    """The floor, printed: the pin's llama-server with the same 8 streams (its OpenAI and native shapes)."""
-    port = free_port()
-    proc = subprocess.Popen([str(native_tools / "llama-server"), "-m", str(smollm2_path), "--host", "127.0.0.1",
-                             "--port", str(port), "-t", str(THREADS), "-np", "8", "-c", "8192", "--jinja"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_healthy(proc, port, "llama-server")
-        streams = open_streams(port, ONLY_OPENAI * 2)
-        result = stop(proc, [(0, signal.SIGTERM)], streams)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    print(f"\nllama-server, {len(streams)} streams, one SIGTERM: exit {result['code']} after {result['exit_s']} s; "
-          "streams: " + "; ".join(f"{p} whole={w} ended at {e} s, last {last[-60:]!r}"
-                                  for p, w, last, e, _ in result["streams"]))
 
 
 # -- the terminal commands ---------------------------------------------------------------------------------------
