@@ -13,11 +13,22 @@ ifneq ($(CMAKE_REAL),)
 export CMAKE_EXECUTABLE ?= $(CMAKE_REAL)
 endif
 
-.PHONY: run test build model sysdeps test-sysdeps docs docs-serve bench lint wheels native clean cuda cuda-wheel dist gpu-kit
+.PHONY: run run-build test build model sysdeps test-sysdeps docs docs-serve bench lint wheels native clean cuda cuda-wheel dist gpu-kit
 
-run: build model
+# `make run` builds and installs only what running needs (the build tools, the core, the CPU plugin): the other
+# plugins and the development requirements come with `make test` (issue 48: a fresh clone to the first token).
+run: run-build model
 	$(BIN)/llamaplug info
 	$(BIN)/llamaplug run -n 48 "$(PROMPT)"
+
+run-build: $(BIN)/.build-tools
+	scripts/sysdeps.sh patch
+	$(BIN)/python vendor/llama.cpp/fetch.py >/dev/null
+	$(PIP_INSTALL) ./core ./plugins/backend_cpu
+
+$(BIN)/.build-tools: $(BIN)/python requirements-build.txt
+	$(BIN)/python -m pip install -q -r requirements-build.txt
+	touch $@
 
 test: sysdeps test-sysdeps $(BIN)/tox
 	$(BIN)/tox -e py
