@@ -21,8 +21,8 @@ from llamaplug_testing.settings import THREADS
 
 import fetch
 import llamaplug as lp
-from llamaplug.high import events
-from llamaplug.high.requests import chat_job, collect
+from llamaplug.high.chat import ChatSpec
+from llamaplug.high.chat_call import ChatCall, start_chat
 
 TEMPLATES = fetch.materialise() / "models" / "templates"
 OPENS = TEMPLATES / "Qwen-QwQ-32B.jinja"  # its generation prompt ends with "<think>\n"
@@ -141,9 +141,9 @@ def _written(model, budget: int | None, note: str | None = None) -> list[int]:
     """The tokens the model writes on Qwen3's template when its reply is led into "<think>"."""
     lead = model.model.tokenize("<think>", False, True)
     sampler = lp.SamplerChain().add(Lead(lead)).greedy()
-    job, _ = chat_job(model, MESSAGES, MAX, sampler, None, chat_template=QWEN3.read_text(),
-                      reasoning_budget_tokens=budget, reasoning_budget_message=note)
-    return collect(events.gather_chunks(model.engine, job), job.prompt).tokens
+    spec = ChatSpec(MESSAGES, chat_template=QWEN3.read_text(), reasoning_budget_tokens=budget,
+                    reasoning_budget_message=note)
+    return start_chat(model, ChatCall(spec, sampler, max_tokens=MAX)).completion().tokens
 
 
 def test_the_budget_counts_the_tokens_after_a_start_tag_the_model_writes(model):

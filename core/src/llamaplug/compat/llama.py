@@ -18,11 +18,12 @@ import llamaplug as lp
 from llamaplug import InvalidParameterError, NumaStrategy, SamplerChain
 from llamaplug.blocks.chat_builtin import builtin_names
 from llamaplug.high import events, hub
-from llamaplug.high.chat import OWN_TEMPLATES, as_chat, as_chunks
+from llamaplug.high.chat import OWN_TEMPLATES, ChatSpec
+from llamaplug.high.chat_call import ChatCall, start_chat
 from llamaplug.high.completion import TextAssembler
 from llamaplug.high.engine import Job
 from llamaplug.high.infill import check_text, infill_tokens
-from llamaplug.high.requests import chat_job, collect, completion_job, response_grammar
+from llamaplug.high.requests import completion_job, response_grammar
 
 from . import responses, settings
 from .grammar import LlamaGrammar
@@ -300,17 +301,17 @@ class Llama:
                             min_p=min_p, typical_p=typical_p, repeat_penalty=repeat_penalty,
                             frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
                             mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta)
-        job, kind = chat_job(self.llamaplug, messages, _limit(max_tokens), chain, stop or None, tools, tool_choice,
-                             None, self._template, own_sampler=True)
+        name = model if model is not None else self.model_path
+        spec = ChatSpec(messages, tools=tools, tool_choice=tool_choice, chat_template=self._template)
+        run = start_chat(self.llamaplug, ChatCall(spec, chain, True, _limit(max_tokens), stop or None, model=name))
+        job = run.job
         if stage is not None:
             stage.start(job.prompt)
-        name = model if model is not None else self.model_path
-        engine = self.llamaplug.engine
         if stream:
-            return self._chat_stream(as_chunks(events.chunks(engine, job), name, kind), job, name)
-        done = collect(events.gather_chunks(engine, job), job.prompt)
+            return self._chat_stream(run.stream(), job, name)
+        done = run.completion()
         self._ids = job.prompt + done.tokens
-        return responses.chat(as_chat(done, name, kind), name)
+        return responses.chat(run.reply(done), name)
 
     def _chat_stream(self, chunks: Iterator[lp.ChatCompletionChunk], job: Job, name: str
                      ) -> Iterator[dict[str, Any]]:

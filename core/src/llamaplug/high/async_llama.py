@@ -1,6 +1,6 @@
 """AsyncLlama: `await` and `async for` over a Llama's engine, never blocking the event loop.
 
-Requests are built as Llama builds them (requests.py) and run through the asyncio
+Requests are built as Llama builds them (requests.py, a chat's through chat_call.py) and run through the asyncio
 loop of the event pump (events.astream; events.agather when the result is awaited whole).
 Cancelling the awaiting task, or leaving an `async for` early, cancels the request: its
 slot is free at the engine's next step.
@@ -17,12 +17,12 @@ from typing_extensions import Unpack
 
 from ..blocks.sampling import LlamaSampler
 from ..params import LlamaParams, SamplerParams
-from .chat import ChatCompletion, ChatCompletionChunk, ChatStream, as_chat
+from .chat import ChatCompletion, ChatCompletionChunk, ChatSpec
+from .chat_call import ChatCall, start_chat
 from .completion import Completion, CompletionChunk
-from .engine import Job
 from .events import achunks, agather, agather_chunks
 from .llama import Llama
-from .requests import Samplers, chat_job, collect, collect_many, completion_job, completion_jobs
+from .requests import Samplers, collect, collect_many, completion_job, completion_jobs
 from .sampling_options import SamplingOptions, call_sampler, calls_samplers
 from .structured import ResponseFormat, with_parsed
 from .tool_schema import ToolSpec
@@ -76,24 +76,14 @@ class AsyncLlama:
                                      **sampling: Unpack[SamplingOptions]
                                      ) -> ChatCompletion | AsyncIterator[ChatCompletionChunk]:
         """As Llama.create_chat_completion; with stream=True, an async iterator of OpenAI chunks."""
-        llama = self.llama
-        chain, own = call_sampler(llama, sampler, sampling, "create_chat_completion")
-        job, plan = chat_job(llama, messages, max_tokens, chain, stop, tools, tool_choice, response_format,
-                             chat_template, own, reasoning_format=reasoning_format, reasoning_effort=reasoning_effort,
-                             chat_template_kwargs=chat_template_kwargs, parallel_tool_calls=parallel_tool_calls,
-                             reasoning_budget_tokens=reasoning_budget_tokens,
-                             reasoning_budget_message=reasoning_budget_message)
-        name = llama.params.model_path.name
-        if stream:
-            return self._chat_chunks(job, ChatStream(name, plan))
-        return as_chat(collect(await agather_chunks(llama.engine, job), job.prompt), name, plan,
-                       response_format)
-
-    async def _chat_chunks(self, job: Job, stream: ChatStream) -> AsyncIterator[ChatCompletionChunk]:
-        yield stream.first()
-        async for piece in achunks(self.llama.engine, job):
-            for out in stream.feed(piece):
-                yield out
+        chain, own = call_sampler(self.llama, sampler, sampling, "create_chat_completion")
+        spec = ChatSpec(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
+                        chat_template=chat_template, reasoning_format=reasoning_format,
+                        reasoning_effort=reasoning_effort, chat_template_kwargs=chat_template_kwargs,
+                        parallel_tool_calls=parallel_tool_calls, reasoning_budget_tokens=reasoning_budget_tokens,
+                        reasoning_budget_message=reasoning_budget_message)
+        run = start_chat(self.llama, ChatCall(spec, chain, own, max_tokens, stop))
+        return run.astream() if stream else await run.aresult()
 
     async def embed(self, texts: list[str], normalize: bool = True, pooling: str | None = None,
                     truncate: bool = False) -> np.ndarray | list[np.ndarray]:

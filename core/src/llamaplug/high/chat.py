@@ -284,8 +284,7 @@ _templates_lock = threading.Lock()
 
 def chat_templates(model: LlamaModel, override: str | None = None) -> ChatTemplates:
     """llama.cpp's templates of `model` (or `override`: Jinja text or a built-in name), made once per model."""
-    if override is not None and (not isinstance(override, str) or not override.strip()):
-        raise InvalidParameterError("chat_template must be a Jinja template or a built-in name", field="chat_template")
+    _check_override(override)
     override = OWN_TEMPLATES.get(override, override) if override is not None else None
     with _templates_lock:
         per_model = _templates.setdefault(model, {})
@@ -295,7 +294,15 @@ def chat_templates(model: LlamaModel, override: str | None = None) -> ChatTempla
         return found
 
 
-def _is_builtin_name(override: str | None) -> bool:
+def _check_override(override: Any) -> None:
+    if override is not None and (not isinstance(override, str) or not override.strip()):
+        raise InvalidParameterError("chat_template must be a Jinja template or a built-in name", field="chat_template")
+
+
+def is_builtin_name(override: str | None) -> bool:
+    """Whether `override` names one of llama.cpp's built-in templates other than chatml (which has a Jinja source);
+    a name that is none of them (not Jinja either) raises, naming the known ones."""
+    _check_override(override)
     if override is None or "{{" in override or "{%" in override or override in OWN_TEMPLATES:
         return False
     if override not in builtin_names():
@@ -341,8 +348,8 @@ def chat_request(spec: ChatSpec, messages: list[dict[str, Any]]) -> tuple[dict[s
     if spec.grammar is not None:
         if not isinstance(spec.grammar, str):
             raise InvalidParameterError("grammar must be GBNF text", field="grammar")
-        if tools is not None and tool_choice != "none":
-            raise InvalidParameterError("Cannot use custom grammar constraints with tools.", field="grammar")
+        if grammar_with_tools(spec.grammar, tools, tool_choice):
+            raise InvalidParameterError(GRAMMAR_WITH_TOOLS, field="grammar")
         request["grammar"] = spec.grammar
     if schema is not None:
         check_schema(schema)
@@ -368,10 +375,19 @@ def chat_request(spec: ChatSpec, messages: list[dict[str, Any]]) -> tuple[dict[s
         request["chat_template_kwargs"] = spec.chat_template_kwargs
     if spec.continue_final_message is not None:
         request["continue_final_message"] = spec.continue_final_message
-    if _is_builtin_name(spec.chat_template):
+    if is_builtin_name(spec.chat_template):
         request["use_jinja"] = False
     names = tuple(t["function"]["name"] for t in tools or ())
     return request, names
+
+
+GRAMMAR_WITH_TOOLS = "Cannot use custom grammar constraints with tools."  # llama-server's words
+
+
+def grammar_with_tools(grammar: Any, tools: Any, tool_choice: Any) -> bool:
+    """Whether a custom grammar comes with tools the model may call, which llama-server refuses (one grammar
+    constrains a reply: the calls' or the caller's)."""
+    return bool(grammar) and bool(tools) and tool_choice != "none"
 
 
 def response_schema(response_format: Any) -> Any:

@@ -19,7 +19,7 @@ from ..blocks.chat_builtin import builtin_names
 from ..blocks.chat_layer import ChatTemplates
 from ..blocks.model import LlamaModel
 from ..errors import ChatTemplateError, InvalidParameterError
-from .chat import OWN_TEMPLATES
+from .chat import OWN_TEMPLATES, chat_templates, is_builtin_name
 
 __all__ = ["ChatTemplate", "builtin_names"]
 
@@ -45,20 +45,21 @@ class ChatTemplate:
 
     @classmethod
     def for_model(cls, model: LlamaModel, override: str | None = None) -> ChatTemplate:
-        """`override` (a Jinja template or a built-in name), else the GGUF's template, else llama.cpp's chatml."""
-        special = {"bos_token": _token_text(model, model.bos), "eos_token": _token_text(model, model.eos)}
-        if override is not None:
-            if not isinstance(override, str) or not override.strip():
-                raise InvalidParameterError("chat_template must be a Jinja template or a built-in name",
-                                            field="chat_template")
-            override = OWN_TEMPLATES.get(override, override)
-            if "{{" in override or "{%" in override:
-                return cls(override, model=model, **special)
-            if override not in builtin_names():
-                cls.builtin(override)  # raises, naming the known ones
-            return cls(name=override, model=model, **special)
-        source = model.chat_template
-        return cls(source, model=model, **special) if source else cls(name="chatml", model=model, **special)
+        """`override` (a Jinja template or a built-in name), else the GGUF's template, else llama.cpp's chatml: a
+        view of the templates the chat path renders with (chat.chat_templates: made once per model)."""
+        builtin = is_builtin_name(override)  # an unknown name raises, naming the known ones
+        native = chat_templates(model, override)
+        view = cls.__new__(cls)
+        if override is None:
+            source = model.chat_template or None
+            view.source, view.name = source, None if source else "chatml"
+        elif builtin or override == "chatml":
+            view.source, view.name = None, override
+        else:
+            view.source, view.name = OWN_TEMPLATES.get(override, override), None
+        view.bos_token, view.eos_token = _token_text(model, model.bos), _token_text(model, model.eos)
+        view._model, view._native = model, native
+        return view
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                tools: list[dict[str, Any]] | None = None, **extra: Any) -> str:

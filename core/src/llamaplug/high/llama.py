@@ -22,12 +22,14 @@ from ..errors import InvalidParameterError
 from ..params import LlamaParams, SamplerParams
 from ..plugin_api import Projector
 from . import events, saved_state
-from .chat import ChatCompletion, ChatCompletionChunk, as_chat, as_chunks
+from .chat import ChatCompletion, ChatCompletionChunk, ChatSpec
+from .chat_call import ChatCall, chat_results, start_chat
 from .completion import Completion, CompletionChunk
 from .embeddings import embed, rerank
+from .disk_store import open_disk_store
 from .engine import Engine
 from .infill import check_text, infill_tokens
-from .requests import Samplers, chat_job, collect, collect_many, completion_job, completion_jobs, samplers_for
+from .requests import Samplers, collect, collect_many, completion_job, completion_jobs, samplers_for
 from .requests import response_grammar as response_grammar  # its home was here
 from .sampling_options import SamplingOptions, call_sampler, calls_samplers
 from .speculative import Drafter, ModelDrafter, NgramDrafter, check_vocab
@@ -49,7 +51,8 @@ class Llama:
         self.backend = backend
         self._model = model
         self._context = context
-        self._engine = Engine(context, params.cache_ram_mib << 20, drafter)
+        self._engine = Engine(context, params.cache_ram_mib << 20, drafter,
+                              disk=open_disk_store(params.cache_dir, params.cache_disk_mib, context))
         self._embed_lock = threading.Lock()  # the embedding contexts are not the engine's
         self._projector: Projector | None = None  # a plugin's, when LlamaParams.mmproj_path is set (llamaplug-mtmd)
 
@@ -313,15 +316,13 @@ class Llama:
         seed=1, ...) and `sampler` as create_completion.
         """
         chain, own = call_sampler(self, sampler, sampling, "create_chat_completion")
-        job, plan = chat_job(self, messages, max_tokens, chain, stop, tools, tool_choice, response_format,
-                             chat_template, own, reasoning_format=reasoning_format, reasoning_effort=reasoning_effort,
-                             chat_template_kwargs=chat_template_kwargs, parallel_tool_calls=parallel_tool_calls,
-                             reasoning_budget_tokens=reasoning_budget_tokens,
-                             reasoning_budget_message=reasoning_budget_message)
-        name = self.params.model_path.name
-        if stream:
-            return as_chunks(events.chunks(self._engine, job), name, plan)
-        return as_chat(collect(events.gather_chunks(self._engine, job), job.prompt), name, plan, response_format)
+        spec = ChatSpec(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
+                        chat_template=chat_template, reasoning_format=reasoning_format,
+                        reasoning_effort=reasoning_effort, chat_template_kwargs=chat_template_kwargs,
+                        parallel_tool_calls=parallel_tool_calls, reasoning_budget_tokens=reasoning_budget_tokens,
+                        reasoning_budget_message=reasoning_budget_message)
+        run = start_chat(self, ChatCall(spec, chain, own, max_tokens, stop))
+        return run.stream() if stream else run.result()
 
     def create_chat_completions(
         self,
@@ -339,15 +340,11 @@ class Llama:
         if isinstance(conversations, (str, bytes)) or not isinstance(conversations, Sequence):
             raise InvalidParameterError("conversations must be a list of message lists", field="conversations")
         sampler = calls_samplers(self, sampler, sampling, "create_chat_completions")
-        jobs, plans = [], []
-        for messages, (chain, own) in zip(conversations, samplers_for(self, len(conversations), sampler)):
-            job, plan = chat_job(self, messages, max_tokens, chain, stop, tools, tool_choice, response_format,
-                                 chat_template, own)
-            jobs.append(job)
-            plans.append(plan)
-        name = self.params.model_path.name
-        done = collect_many(events.gather(self._engine, jobs), jobs)
-        return [as_chat(completion, name, plan, response_format) for completion, plan in zip(done, plans)]
+        runs = [start_chat(self, ChatCall(ChatSpec(messages, tools=tools, tool_choice=tool_choice,
+                                                   response_format=response_format, chat_template=chat_template),
+                                          chain, own, max_tokens, stop))
+                for messages, (chain, own) in zip(conversations, samplers_for(self, len(conversations), sampler))]
+        return chat_results(runs)
 
 
 def _open_projector(params: LlamaParams, model: LlamaModel) -> Projector | None:

@@ -7,7 +7,8 @@ A caller (Llama's own methods, AsyncLlama, an HTTP route) turns its arguments in
     job = completion_job(llama, "Once upon", max_tokens=32)
     done = collect(events.gather_chunks(llama.engine, job), job.prompt)
 
-Every check runs while the job is built, in the caller's thread: a bad argument is
+A chat's job is built by prepare_chat, for chat_call.ChatRun (every face's one way to a
+chat). Every check runs while the job is built, in the caller's thread: a bad argument is
 raised to the caller and never reaches the engine.
 """
 
@@ -26,7 +27,6 @@ from .chat import ChatPlan, ChatSpec, check_messages, plan_chat, response_schema
 from .completion import Completion, CompletionChunk, TokenLogprob, check_stops
 from .engine import Job
 from .structured import ResponseFormat
-from .tool_schema import ToolSpec
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -97,33 +97,16 @@ def completion_jobs(llama: Llama, prompts: Sequence[str | list[int]], max_tokens
             for p, (s, own) in zip(prompts, samplers_for(llama, len(prompts), sampler))]
 
 
-def chat_job(llama: Llama, messages: list[dict[str, Any]], max_tokens: int | None = None,
-             sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
-             tools: list[ToolSpec] | None = None, tool_choice: str | dict[str, Any] | None = None,
-             response_format: ResponseFormat | None = None, chat_template: str | None = None,
-             own_sampler: bool = False, logprobs: int | None = None, *, allow_empty: bool = False,
-             **options: Any) -> tuple[Job, ChatPlan]:
-    """A checked reply to `messages` (see Llama.create_chat_completion), and the plan to read the reply with.
-
-    `options` are ChatSpec's other fields (reasoning_format, enable_thinking, chat_template_kwargs,
-    reasoning_effort, parallel_tool_calls, grammar, json_schema, continue_final_message, ...). The
-    plan goes to chat.as_chat / ChatStream with the job's chunks. `logprobs`: the most likely tokens to give
-    with each sampled one's log probability (None: none). `allow_empty`: no messages at all is the template's
-    own prompt (its generation prompt), as llama-server answers an empty list, instead of an error.
-    """
-    try:
-        spec = ChatSpec(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
-                        chat_template=chat_template, **options)
-    except TypeError as exc:
-        raise InvalidParameterError(f"unknown chat option: {exc}", field="options") from None
-    return prepare_chat(llama, spec, max_tokens, sampler, stop, own_sampler, logprobs, allow_empty=allow_empty)
-
-
 def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sampler: LlamaSampler | None = None,
                  stop: str | list[str] | None = None, own_sampler: bool = False, logprobs: int | None = None,
                  *, allow_empty: bool = False) -> tuple[Job, ChatPlan]:
-    """The job of one chat request, with the prompt, grammar, stops and special tokens llama.cpp's chat layer
-    gives for it (the same for every face: Llama, AsyncLlama, every HTTP API, Ray replicas)."""
+    """The job of one chat request (see Llama.create_chat_completion), with the prompt, grammar, stops and special
+    tokens llama.cpp's chat layer gives for it, and the plan to read the reply with (chat.as_chat / ChatStream).
+
+    Every face (Llama, AsyncLlama, every HTTP API, Ray replicas) comes here through chat_call.ChatRun. `logprobs`:
+    the most likely tokens to give with each sampled one's log probability (None: none). `allow_empty`: no
+    messages at all is the template's own prompt (its generation prompt), as llama-server answers an empty
+    list, instead of an error. `own_sampler=True`: the job closes `sampler` when it ends."""
     model = llama.model
     budget = _check_budget(spec)
     projector = llama.projector

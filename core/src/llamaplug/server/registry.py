@@ -33,10 +33,10 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
 from ..errors import InvalidParameterError, LlamaError
-from ..high.chat import ChatSettings
+from ..high.chat import ChatSettings, ChatSpec
+from ..high.chat_call import ChatCall, start_chat
 from ..high.engine import Engine
 from ..high.llama import Llama
-from ..high.requests import chat_job
 from ..high.template_probe import probe_chat_template
 from ..params import LlamaParams
 from . import allocator
@@ -69,12 +69,11 @@ def load_warm(params: LlamaParams) -> Llama:
 def warm_chat(llama: Llama) -> Llama:
     """Build one chat prompt, so that jinja2 is imported and the model's template compiled before it serves."""
     try:
-        job, _ = chat_job(llama, [{"role": "user", "content": "hi"}], max_tokens=1)
+        run = start_chat(llama, ChatCall(ChatSpec([{"role": "user", "content": "hi"}]), max_tokens=1))
     except LlamaError:  # a template that does not render fails the chat requests themselves, with their error
         log.debug("no chat prompt to warm up with", exc_info=True)
     else:
-        if job.own_sampler:
-            job.sampler.close()
+        run.close()  # (never run)
     return llama
 
 

@@ -40,7 +40,7 @@ class Served:
         self.allama = AsyncLlama(self.llama)
 
     def chat_options(self, **given: Any) -> dict[str, Any]:
-        """The keyword arguments of a chat request (high.requests.chat_job's options): the request's fields
+        """ChatSpec's keyword arguments for a chat request (reasoning options, template): the request's fields
         (None: not given), then this model's template and the server's chat defaults, filled in once here."""
         return self.chat.options(self.chat_template, **given)
 

@@ -15,14 +15,13 @@ from fastapi import Depends, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
-from ...high.chat import ChatCompletionChunk, ChatPlan, ChatStream, Delta, Usage, as_chat
+from ...high.chat import GRAMMAR_WITH_TOOLS, ChatCompletionChunk, ChatSpec, ChatStream, Delta, Usage, grammar_with_tools
+from ...high.chat_call import ChatCall, ChatRun, start_chat
 from ...high.completion import CompletionChunk
-from ...high.engine import Job
-from ...high.events import agather, astream
-from ...high.requests import chat_job, collect, collect_many
+from ...high.requests import collect
 from ..deps import served_model, token_limit
 from ..dialects import OPENAI
-from ..errors import ERROR_RESPONSES, ApiError, BadRequestError
+from ..errors import ERROR_RESPONSES, BadRequestError
 from ..registry import Served
 from ..request_fields import grammar_text, logit_bias, progress, token_entry
 from ..request_limits import check_messages
@@ -47,7 +46,7 @@ async def chat(body: ChatRequest, request: Request,
     response_format = body.response_format
     formatted = isinstance(response_format, dict) and response_format.get("type") not in (None, "text")
     if formatted and body.grammar:
-        raise ApiError(400, "Cannot use both json_schema and grammar", param="grammar")
+        raise BadRequestError("Cannot use both json_schema and grammar", param="grammar")
     # As llama-server: response_format wins over the json_schema field.
     grammar = grammar_text(body.grammar, None if formatted else body.json_schema)
     bias = logit_bias(llama.model, body.logit_bias)
@@ -57,28 +56,18 @@ async def chat(body: ChatRequest, request: Request,
     fields = {k: v for k, v in body.chat_fields().items() if k not in ("grammar", "json_schema")}
     options = served.chat_options(**fields)
 
-    def build() -> tuple[list[Job], ChatPlan]:
-        jobs: list[Job] = []
-        try:
-            for _ in range(body.n):  # n requests of one prompt: each its own sampler, all in the engine's batches
-                job, plan = chat_job(llama, body.messages, limit, sampling.build_chain(llama.model), body.stop,
-                                     body.tools, body.tool_choice, response_format, own_sampler=True,
-                                     logprobs=n_logprobs, **options)
-                jobs.append(job)
-        except BaseException:
-            for job in jobs:
-                job.sampler.close()
-            raise
-        return jobs, plan
-
-    jobs, plan = await off_loop(build, request)
+    # n replies to one prompt: each its own sampler (from `sampling`), all in the engine's batches
+    call = ChatCall(ChatSpec(body.messages, tools=body.tools, tool_choice=body.tool_choice,
+                             response_format=response_format, **options),
+                    sampling, max_tokens=limit, stop=body.stop, logprobs=n_logprobs, n=body.n, model=served.id)
+    run = await off_loop(lambda: start_chat(llama, call), request)
     # llama-server's debug field: each reply as /completion would write it
     settings = generation_settings(sampling, -1 if limit is None else limit, body.stop, body.stream) \
         if body.verbose else None
     if body.stream:
-        return sse(_events(served, jobs, plan, body, settings))
-    done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
-    replies = [as_chat(c, served.id, plan) for c in done]
+        return sse(_events(served, run, body, settings))
+    done = await unless_gone(request, run.acompletions())
+    replies = [run.reply(c) for c in done]
     choices = []
     for i, (reply, completion) in enumerate(zip(replies, done)):
         choice = reply.choices[0].model_copy(update={"index": i})
@@ -92,7 +81,7 @@ async def chat(body: ChatRequest, request: Request,
                       timings=timings(done[0].timings))
     if settings is None:
         return reply
-    debug = verbose_result(served, 0, done[0], plan.params["prompt"], settings)
+    debug = verbose_result(served, 0, done[0], run.plan.params["prompt"], settings)
     return JSONResponse({**jsonable_encoder(reply), "__verbose": debug})
 
 
@@ -112,20 +101,21 @@ def check_fields(body: ChatRequest) -> None:
     if body.continue_final_message and body.add_generation_prompt:
         raise BadRequestError("Cannot set both add_generation_prompt and continue_final_message to true.",
                               param="continue_final_message")
-    if body.grammar and body.tools and body.tool_choice != "none":
-        raise BadRequestError("Cannot use custom grammar constraints with tools.", param="grammar")
+    if grammar_with_tools(body.grammar, body.tools, body.tool_choice):  # (the grammar goes around the chat layer)
+        raise BadRequestError(GRAMMAR_WITH_TOOLS, param="grammar")
 
 
-async def _events(served: Served, jobs: list[Job], plan: ChatPlan, body: ChatRequest,
+async def _events(served: Served, run: ChatRun, body: ChatRequest,
                   settings: dict[str, Any] | None = None) -> AsyncIterator[str]:
     model = served.llama.model
+    jobs, plan = run.jobs, run.plan
     streams = [ChatStream(served.id, plan) for _ in jobs]
     kept: list[list[CompletionChunk]] = [[] for _ in jobs]  # each job's pieces, for its __verbose (settings given)
     pending: list[list[dict[str, Any]]] = [[] for _ in jobs]  # logprobs of tokens whose text is held back
     for i, stream in enumerate(streams):
         yield _chunk(stream.first(), i)
     started = [False] * len(jobs)
-    async for i, piece in astream(served.llama.engine, jobs):
+    async for i, piece in run.aevents():
         job = jobs[i]
         extra: dict[str, Any] = {}
         if body.return_progress and not started[i]:

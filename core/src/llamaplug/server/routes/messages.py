@@ -1,4 +1,4 @@
-"""/v1/messages: Anthropic's Messages API, translated onto the chat path (chat_job, as_chat, ChatStream).
+"""/v1/messages: Anthropic's Messages API, translated onto the chat path (a ChatCall, its ChatRun, ChatStream).
 
 The request becomes the chat request an OpenAI client would send for it (system as the
 first message, tool_use blocks as an assistant's tool_calls, tool_result blocks as tool
@@ -19,13 +19,9 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from ...errors import InvalidParameterError
-from ...high.chat import ChatPlan, ChatSpec, ChatStream, as_chat, plan_chat
-from ...high.chat_template import ChatTemplate
+from ...high.chat import ChatSpec, ChatStream
+from ...high.chat_call import ChatCall, ChatRun, start_chat
 from ...high.completion import CompletionChunk, CompletionTimings, StopReason
-from ...high.engine import Job
-from ...high.events import achunks, agather_chunks
-from ...high.requests import chat_job, collect
 from ..anthropic_schemas import (
     CountTokensRequest,
     ErrorBody,
@@ -62,21 +58,19 @@ async def messages(body: MessagesRequest, request: Request,
     llama = served.llama
     check_messages(request, body.messages, "messages", body.system)
     chat = as_chat_request(body)
-
-    def build() -> tuple[Job, ChatPlan]:
-        sampler = chat.sampling(llama.params.seed, served.sampling).build_chain(llama.model)
-        # an empty list is answered as llama-server does: a reply to the template's own prompt
-        return chat_job(llama, chat.messages, chat.max_tokens, sampler, chat.stop, chat.tools, chat.tool_choice,
-                        chat.response_format, own_sampler=True, allow_empty=True,
-                        **served.chat_options(enable_thinking=body.enable_thinking(),
-                                              reasoning_budget_tokens=body.thinking_budget()))
-
-    job, plan = await off_loop(build, request)
+    options = served.chat_options(enable_thinking=body.enable_thinking(),
+                                  reasoning_budget_tokens=body.thinking_budget())
+    # an empty list is answered as llama-server does: a reply to the template's own prompt
+    call = ChatCall(ChatSpec(chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
+                             response_format=chat.response_format, **options),
+                    chat.sampling(llama.params.seed, served.sampling), max_tokens=chat.max_tokens, stop=chat.stop,
+                    allow_empty=True, model=served.id)
+    run = await off_loop(lambda: start_chat(llama, call), request)
     ident = f"msg_{uuid.uuid4().hex[:24]}"
     if body.stream:
-        return named_sse(_events(served, job, plan, ident), ANTHROPIC.stream_error)
-    done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
-    chat_reply = as_chat(done, served.id, plan).choices[0]
+        return named_sse(_events(served, run, ident), ANTHROPIC.stream_error)
+    done = await unless_gone(request, run.acompletion())
+    chat_reply = run.reply(done).choices[0]
     reason, sequence = _stop(chat_reply.finish_reason, done.stop_reason, done.stop_string)
     reply = chat_reply.message
     content: list[ThinkingOut | TextOut | ToolUseOut] = \
@@ -99,21 +93,10 @@ async def count_tokens(body: CountTokensRequest, request: Request,
 
 
 def prompt_tokens(served: Served, chat: ChatRequest) -> int:
-    """How many tokens `chat`'s messages (and tools) are, rendered by the model's chat template."""
-    llama = served.llama
-    tools = chat.tools if chat.tools and chat.tool_choice != "none" else None
-    if not chat.messages:  # llama-server counts the template's own tokens (its generation prompt)
-        template = ChatTemplate.for_model(llama.model, served.chat_template)
-        prompt = template.render([], add_generation_prompt=True, tools=tools)
-        return len(llama.model.tokenize(prompt, llama.model.add_bos, special=True))
-    options = served.chat_options()
-    try:
-        plan = plan_chat(llama, ChatSpec(chat.messages, tools=tools, **options))
-    except InvalidParameterError as exc:
-        if exc.field != "tools":
-            raise
-        plan = plan_chat(llama, ChatSpec(chat.messages, **options))  # a template with no place for them
-    return len(llama.model.tokenize(plan.params["prompt"], llama.model.add_bos, special=True))
+    """How many tokens `chat`'s messages (and tools) are, rendered by the model's chat template (ChatRun's count,
+    with the server's chat defaults)."""
+    spec = ChatSpec(chat.messages, tools=chat.tools, tool_choice=chat.tool_choice, **served.chat_options())
+    return ChatRun(served.llama, ChatCall(spec, allow_empty=True)).prompt_tokens()
 
 
 def as_chat_request(body: MessagesRequest) -> ChatRequest:
@@ -265,16 +248,16 @@ class _Blocks:
         return out
 
 
-async def _events(served: Served, job: Job, plan: ChatPlan, ident: str) -> AsyncIterator[tuple[str, str]]:
+async def _events(served: Served, run: ChatRun, ident: str) -> AsyncIterator[tuple[str, str]]:
     start = MessageResponse(id=ident, model=served.id, content=[], stop_reason=None, stop_sequence=None,
-                            usage=MessageUsage(input_tokens=job.n_prompt, output_tokens=0))
+                            usage=MessageUsage(input_tokens=run.job.n_prompt, output_tokens=0))
     yield _event({"type": "message_start", "message": start.model_dump()})
     yield _event({"type": "ping"})
-    stream = ChatStream(served.id, plan)
+    stream = ChatStream(served.id, run.plan)
     blocks = _Blocks()
     last: CompletionChunk | None = None
     finish: str | None = None
-    async for piece in achunks(served.llama.engine, job):
+    async for piece in run.achunks():
         last = piece
         for out in stream.feed(piece):
             finish = out.choices[0].finish_reason or finish

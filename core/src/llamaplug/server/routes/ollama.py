@@ -1,6 +1,6 @@
 """Ollama's generation routes: /api/chat, /api/generate, /api/embed and the older /api/embeddings.
 
-Chat goes through the chat path of /v1/chat/completions (chat_job, as_chat, ChatStream), so
+Chat goes through the chat path of /v1/chat/completions (a ChatCall, its ChatRun, ChatStream), so
 the same messages give the same text on both APIs; /api/generate is that chat with one user
 message (and `system`), or with `raw` the prompt as it is (as /v1/completions), or with
 `suffix` a fill-in-the-middle prompt (as /infill). Replies are Ollama's: NDJSON lines while
@@ -24,15 +24,17 @@ import numpy as np
 from fastapi import Depends, Request
 from fastapi.responses import StreamingResponse
 
-from ...high.chat import ChatPlan, ChatStream, as_chat
-from ...high.completion import CompletionChunk, CompletionTimings, StopReason
+from ...high.chat import ChatSpec, ChatStream
+from ...high.chat_call import ChatCall, ChatRun, start_chat
+from ...high.completion import Completion, CompletionChunk, CompletionTimings, StopReason
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
 from ...high.infill import infill_tokens
-from ...high.requests import chat_job, collect, completion_job
+from ...high.llama import Llama
+from ...high.requests import collect, completion_job
 from ..deps import models, token_limit
 from ..dialects import OLLAMA
-from ..errors import ApiError, BadRequestError
+from ..errors import BadRequestError
 from ..ollama_schemas import (
     ChatRequest,
     EmbeddingsRequest,
@@ -106,16 +108,17 @@ async def chat(body: ChatRequest, request: Request, lease: Annotated[Leased, Dep
         if m.images:
             _check_images(served, body.model, f"messages[{i}].images")
 
-    def build() -> tuple[Job, ChatPlan]:
-        sampler = sampling.params.build_chain(llama.model)
-        return chat_job(llama, chat_messages(body.messages), limit, sampler, sampling.stop, body.tools or None,
-                        body.tool_choice, response_format(body.format), own_sampler=True, **options)
+    def build() -> ChatRun:
+        spec = ChatSpec(chat_messages(body.messages), tools=body.tools or None, tool_choice=body.tool_choice,
+                        response_format=response_format(body.format), **options)
+        return start_chat(llama, ChatCall(spec, sampling.params, max_tokens=limit, stop=sampling.stop,
+                                          model=served.id))
 
-    job, plan = await off_loop(build, request)
+    run = await off_loop(build, request)
     if body.stream:
-        return _stream(_chat_lines(served, job, plan, body.model, lease, think))
-    done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
-    reply = as_chat(done, served.id, plan).choices[0].message
+        return _stream(_chat_lines(served, run, body.model, lease, think))
+    done = await unless_gone(request, run.acompletion())
+    reply = run.reply(done).choices[0].message
     message = _message(reply.content or "", reply.reasoning_content, body.think)
     if reply.tool_calls:
         message["tool_calls"] = [_call(i, c.id, c.function.name, c.function.arguments)
@@ -130,37 +133,42 @@ async def generate(body: GenerateRequest, request: Request,
     if lease.served is None:
         return await _load_or_unload(models(request), lease, body.model, {"response": ""})
     if body.template:
-        raise ApiError(400, "template: Ollama's Go templates are not read here; the model's own chat template "
-                            "is used (or send the whole prompt with raw: true)", param="template")
+        raise BadRequestError("template: Ollama's Go templates are not read here; the model's own chat template "
+                              "is used (or send the whole prompt with raw: true)", param="template")
     if body.context:
-        raise ApiError(400, "context (deprecated by Ollama) is not supported: send the conversation as /api/chat "
-                            "messages", param="context")
+        raise BadRequestError("context (deprecated by Ollama) is not supported: send the conversation as /api/chat "
+                              "messages", param="context")
     served = lease.served
     llama = served.llama
     sampling = Sampling(body.options, llama.params.seed)
     limit = token_limit(request, sampling.max_tokens)
-    sampler = sampling.params.build_chain(llama.model)
     form = response_format(body.format)
     prompt = body.prompt or ""
     if body.images and (body.suffix or body.raw):
         # (images go where the chat template puts the user's message: a raw or fill-in-the-middle prompt has none)
-        raise ApiError(400, f"images need the chat template: not with {'suffix' if body.suffix else 'raw'}",
-                       param="images")
+        raise BadRequestError(f"images need the chat template: not with {'suffix' if body.suffix else 'raw'}",
+                              param="images")
     if body.images:
         _check_images(served, body.model, "images")
+    run: ChatRun | None = None
     if body.suffix:
         tokens = infill_tokens(llama.model, prompt, body.suffix)
-        job = completion_job(llama, tokens, limit, sampler, sampling.stop, None, False, form, own_sampler=True)
+        job = completion_job(llama, tokens, limit, sampling.params.build_chain(llama.model), sampling.stop, None,
+                             False, form, own_sampler=True)
     elif body.raw:
-        job = completion_job(llama, prompt, limit, sampler, sampling.stop, None, True, form, own_sampler=True)
+        job = completion_job(llama, prompt, limit, sampling.params.build_chain(llama.model), sampling.stop, None,
+                             True, form, own_sampler=True)
     else:
         messages = [Message(role="system", content=body.system)] if body.system else []
         messages.append(Message(role="user", content=prompt, images=body.images))
-        job, _ = await off_loop(lambda: chat_job(llama, chat_messages(messages), limit, sampler, sampling.stop, None,
-                                                 None, form, own_sampler=True, **served.chat_options()), request)
+        call = ChatCall(ChatSpec(chat_messages(messages), response_format=form, **served.chat_options()),
+                        sampling.params, max_tokens=limit, stop=sampling.stop, model=served.id)
+        run = await off_loop(lambda: start_chat(llama, call), request)
+    # (a chat's reply goes back as the model wrote it: no reading of its reasoning or calls, as Ollama's)
     if body.stream:
-        return _stream(_generate_lines(served, job, body.model, lease))
-    done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
+        pieces = run.achunks() if run is not None else achunks(llama.engine, job)
+        return _stream(_generate_lines(pieces, body.model, lease))
+    done = await unless_gone(request, run.acompletion() if run is not None else _completion(llama, job))
     return {"model": body.model, "created_at": now(), "response": done.text,
             **_final(done.stop_reason, done.timings, len(done.tokens), lease)}
 
@@ -289,11 +297,11 @@ def _stream(lines: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
     return StreamingResponse(ndjson(lines), media_type="application/x-ndjson")
 
 
-async def _chat_lines(served: Served, job: Job, plan: ChatPlan, name: str, lease: Leased, think: Any = None
+async def _chat_lines(served: Served, run: ChatRun, name: str, lease: Leased, think: Any = None
                       ) -> AsyncIterator[dict[str, Any]]:
     """Ollama's stream: thinking and content as they come; a tool call whole (Ollama's clients read each
     call as one object), sent once its arguments are complete (the next call begins, or the reply ends)."""
-    stream = ChatStream(served.id, plan)
+    stream = ChatStream(served.id, run.plan)
     last: CompletionChunk | None = None
     n_out = 0
     calls: dict[int, list[Any]] = {}  # index -> [id, name, arguments so far]
@@ -304,7 +312,7 @@ async def _chat_lines(served: Served, job: Job, plan: ChatPlan, name: str, lease
         message["tool_calls"] = [_call(i, *calls[i]) for i in range(sent, upto)]
         return {"model": name, "created_at": now(), "message": message, "done": False}
 
-    async for piece in achunks(served.llama.engine, job):
+    async for piece in run.achunks():
         last = piece
         n_out += len(piece.tokens)
         for out in stream.feed(piece):
@@ -328,9 +336,14 @@ async def _chat_lines(served: Served, job: Job, plan: ChatPlan, name: str, lease
            **_final(last.stop_reason, last.timings, n_out, lease)}
 
 
-async def _generate_lines(served: Served, job: Job, name: str, lease: Leased) -> AsyncIterator[dict[str, Any]]:
+async def _completion(llama: Llama, job: Job) -> Completion:
+    return collect(await agather_chunks(llama.engine, job), job.prompt)
+
+
+async def _generate_lines(pieces: AsyncIterator[CompletionChunk], name: str, lease: Leased
+                          ) -> AsyncIterator[dict[str, Any]]:
     n_out = 0
-    async for piece in achunks(served.llama.engine, job):
+    async for piece in pieces:
         n_out += len(piece.tokens)
         if piece.stop_reason is not None:
             assert piece.timings is not None

@@ -1,4 +1,4 @@
-"""/v1/responses: OpenAI's Responses API, translated onto the chat path (chat_job, as_chat, ChatStream).
+"""/v1/responses: OpenAI's Responses API, translated onto the chat path (a ChatCall, its ChatRun, ChatStream).
 
 The request becomes the chat request an OpenAI client would send for it (instructions
 as the first system message, function_call items as an assistant's tool_calls,
@@ -6,7 +6,8 @@ function_call_output items as tool messages, text.format as response_format), so
 same conversation gives the same text on both APIs. The reply goes back as a response
 object (a message item with output_text, function_call items), or as its events
 (response.created ... response.completed, each with a sequence_number). Nothing is
-stored: previous_response_id is a 400. Errors are OpenAI's shape (errors.py).
+kept (store, default true) in response_store.py's store, which GET/DELETE /v1/responses/{id} read and
+previous_response_id chains on. Errors are OpenAI's shape (errors.py).
 """
 
 from __future__ import annotations
@@ -14,30 +15,31 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, Literal
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from ...errors import LlamaError
-from ...high.chat import ChatPlan, ChatStream, as_chat
+from ...high.chat import ChatSpec, ChatStream
+from ...high.chat_call import ChatCall, ChatRun, start_chat
 from ...high.completion import CompletionTimings
-from ...high.engine import Job
-from ...high.events import achunks, agather_chunks
-from ...high.requests import chat_job, collect
 from ...high.tool_calls import ToolCall
 from ..deps import served_model, token_limit
 from ..dialects import RESPONSES, named_event
-from ..errors import ERROR_RESPONSES, ApiError, BadRequestError
+from ..errors import ERROR_RESPONSES, BadRequestError, NotFoundError
 from ..registry import Served
 from ..request_fields import progress
 from ..request_limits import check_messages
+from ..response_store import Kept, chained
 from ..responses_schemas import (
+    DeletedResponse,
     FunctionCallItem,
     FunctionCallOut,
     FunctionCallOutputItem,
     IncompleteDetails,
     InputImage,
+    InputItemList,
     InputTokensDetails,
     OutputMessage,
     OutputTextPart,
@@ -58,27 +60,26 @@ router = RESPONSES.router()
 @router.post("/v1/responses", response_model=ResponseObject, responses=ERROR_RESPONSES)
 async def responses(body: ResponsesRequest, request: Request,
                     served: Annotated[Served, Depends(served_model(ResponsesRequest))]) -> Any:
-    if body.previous_response_id is not None:
-        raise ApiError(400, "previous_response_id is not supported: llamaplug keeps no responses; send the whole "
-                            "conversation as input", param="previous_response_id", code="unsupported_parameter")
+    store, owner = request.app.state.responses, _owner(request)
+    body, kept_items = chained(store, owner, body)
     llama = served.llama
     check_messages(request, body.input if isinstance(body.input, list) else [body.input], "input", body.instructions)
     chat = as_chat_request(body)
     limit = token_limit(request, chat.max_tokens)
     effort = body.reasoning.effort if body.reasoning is not None else None
 
-    def build() -> tuple[Job, ChatPlan]:
-        sampler = chat.sampling(llama.params.seed, served.sampling).build_chain(llama.model)
-        return chat_job(llama, chat.messages, limit, sampler, None, chat.tools, chat.tool_choice,
-                        chat.response_format, own_sampler=True,
-                        **served.chat_options(reasoning_effort=effort, parallel_tool_calls=body.parallel_tool_calls))
-
-    job, plan = await off_loop(build, request)
+    options = served.chat_options(reasoning_effort=effort, parallel_tool_calls=body.parallel_tool_calls)
+    call = ChatCall(ChatSpec(chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
+                             response_format=chat.response_format, **options),
+                    chat.sampling(llama.params.seed, served.sampling), max_tokens=limit, model=served.id)
+    run = await off_loop(lambda: start_chat(llama, call), request)
     reply = _Reply(served, body)
+    if body.store and store is not None:
+        reply.keep = lambda response: store.put(owner, response, kept_items)
     if body.stream:
-        return named_sse(_events(served, reply, job, plan), reply.error)
-    done = collect(await unless_gone(request, agather_chunks(llama.engine, job)), job.prompt)
-    choice = as_chat(done, served.id, plan).choices[0]
+        return named_sse(_events(reply, run), reply.error)
+    done = await unless_gone(request, run.acompletion())
+    choice = run.reply(done).choices[0]
     incomplete = choice.finish_reason == "length"
     items: list[ReasoningOut | OutputMessage | FunctionCallOut] = []
     if choice.message.reasoning_content:
@@ -86,13 +87,14 @@ async def responses(body: ResponsesRequest, request: Request,
     if choice.message.content:
         items.append(reply.message(choice.message.content, "incomplete" if incomplete else "completed"))
     items += [reply.call(c, "completed") for c in choice.message.tool_calls or []]
-    return reply.response(items, incomplete, done.timings)
+    return reply.finish(reply.response(items, incomplete, done.timings))
 
 
 @router.post("/v1/responses/input_tokens", response_model=InputTokens, responses=ERROR_RESPONSES)
 async def input_tokens(body: ResponsesRequest, request: Request,
                        served: Annotated[Served, Depends(served_model(ResponsesRequest))]) -> InputTokens:
     """llama-server's count of the prompt a request would have (no generation, no context check)."""
+    body, _ = chained(request.app.state.responses, _owner(request), body)
     check_messages(request, body.input if isinstance(body.input, list) else [body.input], "input", body.instructions)
     chat = as_chat_request(body)
     return InputTokens(input_tokens=await off_loop(lambda: prompt_tokens(served, chat), request))
@@ -101,6 +103,53 @@ async def input_tokens(body: ResponsesRequest, request: Request,
 # llama-server's spelling without /v1 (one operation in the OpenAPI document).
 router.add_api_route("/responses/input_tokens", input_tokens, methods=["POST"], response_model=InputTokens,
                      responses=ERROR_RESPONSES, include_in_schema=False)
+
+
+@router.get("/v1/responses/{response_id}", response_model=ResponseObject, responses=ERROR_RESPONSES)
+async def retrieve(response_id: str, request: Request) -> Any:
+    """A kept response (store: true), to the API key that made it."""
+    return _kept(request, response_id).response
+
+
+@router.get("/v1/responses/{response_id}/input_items", response_model=InputItemList, responses=ERROR_RESPONSES)
+async def input_items(response_id: str, request: Request, limit: Annotated[int, Query(ge=1, le=100)] = 20,
+                      order: Literal["asc", "desc"] = "desc", after: str | None = None) -> InputItemList:
+    """The items a kept response answered (with previous_response_id: the whole conversation), OpenAI's pages."""
+    items = _kept(request, response_id).items
+    items = items[::-1] if order == "desc" else items
+    if after is not None:
+        start = next((i + 1 for i, item in enumerate(items) if item.get("id") == after), None)
+        if start is None:
+            raise BadRequestError(f"no input item {after!r} in response {response_id!r}", param="after")
+        items = items[start:]
+    page = items[:limit]
+    return InputItemList(data=page, first_id=page[0]["id"] if page else None,
+                         last_id=page[-1]["id"] if page else None, has_more=len(items) > limit)
+
+
+@router.delete("/v1/responses/{response_id}", response_model=DeletedResponse, responses=ERROR_RESPONSES)
+async def delete(response_id: str, request: Request) -> DeletedResponse:
+    store = request.app.state.responses
+    if store is None or not await off_loop(lambda: store.delete(_owner(request), response_id), request):
+        raise _missing(response_id)
+    return DeletedResponse(id=response_id)
+
+
+def _owner(request: Request) -> str:
+    """Whose responses a request reads: its API key's hash (middleware.KeyGuard), "" on a server without keys."""
+    return getattr(request.state, "key_owner", "")
+
+
+def _kept(request: Request, response_id: str) -> Kept:
+    store = request.app.state.responses
+    kept = None if store is None else store.get(_owner(request), response_id)
+    if kept is None:
+        raise _missing(response_id)
+    return kept
+
+
+def _missing(response_id: str) -> NotFoundError:
+    return NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
 
 
 def as_chat_request(body: ResponsesRequest) -> ChatRequest:
@@ -158,6 +207,7 @@ class _Reply:
     def __init__(self, served: Served, body: ResponsesRequest):
         self.ident, self.created, self.model, self.body = f"resp_{uuid.uuid4().hex}", int(time.time()), served.id, body
         self.sequence = 0
+        self.keep: Callable[[dict[str, Any]], None] | None = None  # stores the finished response (store: true)
 
     def message(self, text: str, status: str) -> OutputMessage:
         return OutputMessage(id=f"msg_{uuid.uuid4().hex}", status=status,  # type: ignore[arg-type]
@@ -188,9 +238,15 @@ class _Reply:
             top_p=body.top_p, tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
             tool_choice=choice.model_dump() if choice is not None and not isinstance(choice, str) else choice or "auto",
             parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
-            metadata=body.metadata or {},
+            previous_response_id=body.previous_response_id, store=body.store, metadata=body.metadata or {},
             text={"format": body.text.format.model_dump(by_alias=True, exclude_none=True)}
             if body.text is not None and body.text.format is not None else {"format": {"type": "text"}})
+
+    def finish(self, response: ResponseObject) -> ResponseObject:
+        """The finished `response`, kept if asked."""
+        if self.keep is not None:
+            self.keep(response.model_dump(mode="json"))
+        return response
 
     def event(self, kind: str, **fields: Any) -> tuple[str, str]:
         """One stream event, numbered."""
@@ -278,13 +334,13 @@ class _Items:
         return out
 
 
-async def _events(served: Served, reply: _Reply, job: Job, plan: ChatPlan) -> AsyncIterator[tuple[str, str]]:
+async def _events(reply: _Reply, run: ChatRun) -> AsyncIterator[tuple[str, str]]:
     yield reply.event("response.created", response=reply.response(None))
     yield reply.event("response.in_progress", response=reply.response(None))
-    stream = ChatStream(reply.model, plan)
+    stream = ChatStream(reply.model, run.plan)
     items = _Items(reply)
-    body, read = reply.body, False
-    async for piece in achunks(served.llama.engine, job):
+    body, read, job = reply.body, False, run.job
+    async for piece in run.achunks():
         if body.return_progress and not read:  # llama-server's: the prompt read, said by an in_progress event
             extra = {"timings": timings(so_far(job, piece))} if body.timings_per_token else {}
             yield reply.event("response.in_progress", response=reply.response(None), **extra,
@@ -305,7 +361,7 @@ async def _events(served: Served, reply: _Reply, job: Job, plan: ChatPlan) -> As
                 for event in items.close("incomplete" if incomplete else "completed"):
                     yield event
                 assert piece.timings is not None  # the final chunk carries them
-                final = reply.response(items.items, incomplete, piece.timings)
+                final = reply.finish(reply.response(items.items, incomplete, piece.timings))
                 # llama-server's telemetry: the last event carries its `timings`
                 yield reply.event("response.incomplete" if incomplete else "response.completed", response=final,
                                   timings=timings(piece.timings))
