@@ -37,6 +37,7 @@ from starlette.responses import Response, StreamingResponse
 
 from ..errors import ClosedError, InvalidParameterError
 from ..params import LlamaParams
+from ..server.api_error import ApiError, ServerFaultError, UnavailableError
 from .affinity import DEFAULT_CHARS, affinity_key
 from .asgi_bridge import ASGIApp, Forwarded, Head, Lifespan, answer
 
@@ -133,16 +134,16 @@ class Ingress:
                 log.warning("request %s %s: replica lost (%s)", forwarded.method, forwarded.path, exc)
             except asyncio.TimeoutError:  # slow, not lost: another try would only wait as long again
                 stream.cancel()
-                return _error(503, f"no answer began within {timeout:g} s", "replica_timeout")
+                return _error(UnavailableError(f"no answer began within {timeout:g} s", code="replica_timeout"))
             except asyncio.CancelledError:  # the client left while the replica worked: stop it
                 stream.cancel()
                 raise
             except ray.exceptions.RayError as exc:  # the replica's own code failed: no other would do better
                 stream.cancel()
                 log.exception("request %s %s failed in its replica", forwarded.method, forwarded.path)
-                return _error(500, f"the replica failed: {type(exc).__name__}", "replica_error")
-        return _error(503, f"no replica could answer: {type(lost).__name__}: {lost}".splitlines()[0],
-                      "replica_unavailable")
+                return _error(ServerFaultError(f"the replica failed: {type(exc).__name__}", code="replica_error"))
+        return _error(UnavailableError(f"no replica could answer: {type(lost).__name__}: {lost}".splitlines()[0],
+                                       code="replica_unavailable"))
 
 
 async def _head_and_first_chunk(stream: Any) -> tuple[Head, bytes]:
@@ -181,11 +182,10 @@ def _relay(head: Head, response: Response) -> Response:
     return response
 
 
-def _error(status: int, message: str, code: str) -> Response:
+def _error(error: ApiError) -> Response:
     from ..server.dialects import OPENAI
-    from ..server.errors import ApiError
 
-    return OPENAI.response(ApiError(status, message, "server_error", code=code))
+    return OPENAI.response(error)
 
 
 def _factory(source: LlamaParams | str | os.PathLike[str] | AppFactory, model_id: str | None, api_key: str | None,
