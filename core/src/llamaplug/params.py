@@ -410,6 +410,12 @@ class LlamaParams(ModelParams, ContextParams):
                                description="host memory (MiB) keeping the KV of sequences that left their slot, "
                                            "for later prompts with the same prefix (llama-server's --cache-ram); "
                                            "0 = off")
+    cache_dir: Path | None = Field(None, description="a directory keeping the prompt cache on disk under the RAM "
+                                                     "tier: long prompts' KV outlives the process (high/"
+                                                     "disk_store.py); shared safely by processes; None = off")
+    cache_disk_mib: int = Field(4096, ge=0, le=1 << 30,
+                                description="the most MiB of cache files in cache_dir (least recently used go "
+                                            "first); 0 = no disk tier")
     # Speculative decoding (high/speculative.py): a draft model or n-gram lookup guesses tokens, the model checks
     # them in one batch; the output is the model's own.
     draft_model_path: Path | None = Field(None, description="a small model of the same vocabulary that drafts "

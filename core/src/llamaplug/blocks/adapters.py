@@ -127,6 +127,7 @@ class ContextAdapters(NativeHandle):
     epoch: int
     _loras: dict[LoraAdapter, float]  # set by the context; the order is the order applied
     _cvec: np.ndarray | None = None  # llama.cpp copies the vector; kept for inspection
+    _cvec_layers: tuple[int, int] = (0, 0)
 
     def set_lora(self, adapter: LoraAdapter, scale: float = 1.0) -> None:
         """Apply `adapter` at `scale` (set again to change the scale; several adapters add up)."""
@@ -153,6 +154,11 @@ class ContextAdapters(NativeHandle):
     @property
     def loras(self) -> dict[LoraAdapter, float]:
         return dict(self._loras)
+
+    @property
+    def control_vector(self) -> tuple[np.ndarray, int, int] | None:
+        """The control vector applied (its data, first and last layer), None without one."""
+        return None if self._cvec is None else (self._cvec, *self._cvec_layers)
 
     def _apply_loras(self) -> None:
         live = {a: s for a, s in self._loras.items() if not a.closed}
@@ -190,7 +196,7 @@ class ContextAdapters(NativeHandle):
         if rc != 0:
             raise native_error(InvalidParameterError, "llama.cpp refused the control vector", errors,
                                field="vector")
-        self._cvec = data
+        self._cvec, self._cvec_layers = data, (layer_start, end)
 
 
 def check_scale(scale: Any) -> float:

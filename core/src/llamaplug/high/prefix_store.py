@@ -2,13 +2,18 @@
 
 The engine saves a slot's sequence before a new request cuts most of it away, and gives a
 new prompt the stored sequence sharing the longest prefix with it when no free slot shares
-more (llama-server's --cache-ram). Past the byte limit, the least recently used entry goes.
+more (llama-server's --cache-ram). Past the byte limit, the least recently used entry goes
+(`evicted`: to the disk tier below it, when there is one: disk_store.py's TieredStore).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..blocks.context import LlamaContext
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -41,6 +46,7 @@ class PrefixStore:
 
     def put(self, tokens: Sequence[int], data: bytes) -> None:
         if len(data) > self.limit:
+            self.evicted(tuple(tokens), data)
             return
         key = tuple(tokens)
         for old in [k for k in self._entries if len(k) <= len(key) and key[:len(k)] == k]:
@@ -48,7 +54,27 @@ class PrefixStore:
         self._entries[key] = data
         self.size += len(data)
         while self.size > self.limit:
-            self.size -= len(self._entries.popitem(last=False)[1])
+            old, old_data = self._entries.popitem(last=False)
+            self.size -= len(old_data)
+            self.evicted(old, old_data)
+
+    def evicted(self, key: tuple[int, ...], data: bytes) -> None:
+        """An entry the byte limit pushed out (or one too large to keep): gone here."""
+
+    def prefilled(self, tokens: Sequence[int], read: int, seq_bytes: Callable[[], bytes]) -> None:
+        """A slot just read a prompt (`tokens`, `read` of them decoded now; `seq_bytes()` gives its KV)."""
+
+    def refused(self, key: tuple[int, ...]) -> None:
+        """The context refused the bytes `get(key)` gave: they are not kept."""
+        data = self._entries.pop(key, None)
+        if data is not None:
+            self.size -= len(data)
+
+    def close(self, context: LlamaContext, slots: Sequence[tuple[int, Sequence[int]]]) -> None:
+        """The engine closes cleanly; `slots`: each idle slot's (sequence id, tokens) still in `context`."""
+
+    def entries(self) -> list[tuple[tuple[int, ...], bytes]]:
+        return list(self._entries.items())
 
     def best(self, prompt: Sequence[int]) -> tuple[tuple[int, ...], int]:
         """The entry sharing the longest prefix with `prompt`, and that length (0: none)."""
