@@ -10,8 +10,9 @@ A slot owns its sequence's bookkeeping from the request's start to its end:
   applies the stop rules (`on_token`); the `Output` says what the engine hands on.
 - `release`: the request is over; the tokens stay, for the next prompt to reuse.
 
-The engine (engine.py) owns the loop and the context's epoch; it calls these with its
-own edits of the context marked as its own.
+The engine (engine.py) owns the loop and the context's epoch; it calls `place`, its runner
+(runner.py) and output step (output.py) the rest, with their edits of the context marked as
+the engine's own. The scheduler (scheduler.py) only reads a slot's bookkeeping.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Slot:
         self._logprobs = logprobs
         self._n_swa = n_swa  # a sliding window's size: a prefix is reusable while the window before its end is kept
         self._n_ctx_seq = context.n_ctx_seq
+        self._store: PrefixStore | None = None
 
     # -- place ------------------------------------------------------------------
     def place(self, job: Job, store: PrefixStore | None) -> int:
@@ -74,6 +76,9 @@ class Slot:
             self._stash(store, 0 if hit else keep)
             if hit:
                 keep = self._restore(*hit)
+                if not keep:
+                    store.refused(hit[0])
+        self._store = store
         ctx = self._ctx
         # Always cut (not only past the known tokens): after a failed decode or state load the
         # cache may hold cells this bookkeeping does not know of.
@@ -129,6 +134,9 @@ class Slot:
         else:
             self.tokens.extend(self.todo[:n])
             del self.todo[:n]
+            if not self.todo and self._store is not None and self.job is not None:  # a long prompt: to disk now
+                self._store.prefilled(self.tokens, len(self.tokens) - self.job.cached,
+                                      lambda: self._ctx.state_seq_get(self.seq))
         self.used = time.perf_counter()
         return not self.todo
 

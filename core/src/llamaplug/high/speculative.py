@@ -1,6 +1,7 @@
 """Speculative decoding: drafters (cheap guesses of the next tokens) and the target's check of their guesses.
 
-Before a step the engine asks for each generating slot's guesses (`plan_drafts`), puts the
+The scheduler gives each generating slot a share of the step for guesses (scheduler.py); the
+runner asks the drafter for them (`ask`), puts the
 slot's next token and its guesses in the batch, and after the decode `verify` samples the
 target at each of their rows, accepting guesses while the sampled token equals them
 (llama.cpp's common_sampler_sample_and_accept_n). So the output is what the target alone
@@ -52,6 +53,8 @@ class DraftRequest:
 
 
 class Drafter(Protocol):
+    draft_max: int  # the most guesses it gives one sequence (the scheduler reserves rows for no more)
+
     def draft(self, requests: list[DraftRequest]) -> list[list[int]]:
         """Up to `n_max` guessed tokens after each request's `last` (an empty list: no guess)."""
         ...
@@ -59,25 +62,17 @@ class Drafter(Protocol):
     def close(self) -> None: ...
 
 
-def plan_drafts(drafter: Drafter, slots: Sequence[Slot], room: int, outputs: int) -> None:
-    """Ask `drafter` for guesses after each of `slots`' next token (generating, text only); each slot's go in its
-    `draft`. The guesses share `room` batch rows and `outputs` logits rows (what the step's other tokens leave)
-    evenly."""
-    if not slots:
+def ask(drafter: Drafter, wanted: Sequence[tuple[Slot, int]]) -> None:
+    """Ask `drafter` for guesses after each slot's next token, at most the number paired with it (the scheduler's
+    share of the step, scheduler.py); each slot's go in its `draft`."""
+    if not wanted:
         return
-    share = min(room, outputs) // len(slots)
-    requests, asking = [], []
-    for slot in slots:
-        job, last = slot.job, slot.next
-        assert job is not None and last is not None
-        # As llama.cpp: room for the next token and one sampled after the last guess.
-        n_max = min(share, slot.room() - 2, slot.limit() - job.produced - 1)
-        if n_max > 0:
-            requests.append(DraftRequest(slot.seq, slot.tokens, last, n_max))
-            asking.append(slot)
-    if requests:
-        for slot, request, guess in zip(asking, requests, drafter.draft(requests)):
-            slot.draft = list(guess[:request.n_max])
+    requests = []
+    for slot, n_max in wanted:
+        assert slot.next is not None
+        requests.append(DraftRequest(slot.seq, slot.tokens, slot.next, n_max))
+    for (slot, n_max), guess in zip(wanted, drafter.draft(requests)):
+        slot.draft = list(guess[:n_max])
 
 
 def verify(slot: Slot, first: int, output: Callable[[Slot, int], int | None]) -> None:
@@ -107,6 +102,7 @@ class NgramDrafter:
 
     def __init__(self, ngram_size: int, draft_max: int):
         self.n, self.m = ngram_size, draft_max
+        self.draft_max = draft_max
 
     def draft(self, requests: list[DraftRequest]) -> list[list[int]]:
         return [ngram_draft(r.history, r.last, self.n, self.m)[:r.n_max] for r in requests]
@@ -144,6 +140,7 @@ class ModelDrafter:
     def __init__(self, context: LlamaContext, draft_max: int, draft_min: int, p_min: float):
         self._ctx = context
         self._max, self._min, self._p_min = draft_max, draft_min, p_min
+        self.draft_max = draft_max
         self._cached: list[list[int]] = [[] for _ in range(context.n_seq_max)]
         self._batch = LlamaBatch(context.n_batch, 1)
 

@@ -1,0 +1,92 @@
+"""The engine's output step: what a slot's sampled token becomes for its job.
+
+After the decode the runner (runner.py) hands each row of logits to `Emitter.output`: the
+slot samples it and applies the stop rules (`Slot.advance`: the token's text made safe by
+the stop-string automaton, its logprobs), and the emitter hands the chunk to the job's sink,
+counts it, and ends the job when a stop rule said so, with the last chunk (the text held
+back, the reason, the timings). Every end of a job goes through `end`: the job's last event
+(a chunk or an error) is sent once, and a sampler it owns is closed.
+
+A sink runs on the engine's thread (a queue's put, asyncio's call_soon_threadsafe); one that
+raises cancels its job, never the step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from .completion import CompletionChunk, CompletionTimings, StopReason
+from .job import Job
+from .slot import Slot
+from .stats import EngineStats
+
+log = logging.getLogger("llamaplug.engine")
+
+
+class Emitter:
+    """Events for jobs: `stats` counted, `released()` called after a slot is freed (the engine's busy count)."""
+
+    def __init__(self, stats: EngineStats, released: Callable[[], None]):
+        self._stats = stats
+        self._released = released
+
+    def output(self, slot: Slot, idx: int) -> int | None:
+        """Let the slot sample from logits row `idx` and hand what it gave to its job; the token (None if none)."""
+        job = slot.job
+        assert job is not None
+        out = slot.advance(idx)
+        if out.error is not None:
+            self.release(slot)
+            self.end(job, out.error)
+            return None
+        if out.token is not None:  # sampled, the end-of-generation token too (llama-server's n_decoded)
+            self._stats.generated_tokens += 1
+        if out.chunk is not None:
+            self.emit(job, out.chunk)
+        if out.reason is not None:
+            self.finish(slot, out.reason)
+        return out.token
+
+    def finish(self, slot: Slot, reason: StopReason) -> None:
+        """End the slot's job with `reason`: the text the stop-string automaton held back, the timings."""
+        job = slot.job
+        assert job is not None
+        self.release(slot)
+        self.end(job, CompletionChunk(job.text.finish(), [], None, reason, timings(job), job.stop_string))
+
+    def finish_unstarted(self, job: Job) -> None:
+        """A job cancelled while it waited: its only event."""
+        self.end(job, CompletionChunk("", [], None, StopReason.CANCELLED, timings(job)))
+
+    def release(self, slot: Slot) -> None:
+        slot.release()
+        self._released()
+
+    def end(self, job: Job, event: CompletionChunk | BaseException) -> None:
+        """The job's last event (once: a job already ended hears nothing more)."""
+        if job.done:
+            return
+        job.done = True
+        if isinstance(event, BaseException):
+            self._stats.errors += 1
+        else:
+            self._stats.finished += 1
+        self.emit(job, event)
+        if job.own_sampler:
+            job.sampler.close()
+
+    def emit(self, job: Job, event: CompletionChunk | BaseException) -> None:
+        try:
+            job.sink(event)
+        except BaseException:  # the consumer is gone (a closed event loop): stop its job
+            log.debug("a job's sink failed; cancelling the job", exc_info=True)
+            job.cancel()
+
+
+def timings(job: Job) -> CompletionTimings:
+    end = time.perf_counter()
+    first = job.first_token or end
+    return CompletionTimings(job.n_prompt, (first - job.started) * 1e3, job.produced, (end - first) * 1e3,
+                             job.cached, job.drafted, job.accepted)

@@ -1,0 +1,157 @@
+"""The runner: carries out a step's plan (scheduler.py) on the engine's context.
+
+`run(plan)`:
+
+1. ends the slots whose jobs were cancelled;
+2. a slot's media prompt, when the plan has one: libmtmd evaluates it with its own decodes,
+   and that is the step;
+3. asks the drafter for the guesses the plan has room for (speculative.py's `ask`);
+4. builds the batch: each generating slot's next token and its guesses, then the prompt
+   chunks (logits only where a prompt ends);
+5. decodes it, once (a cancel aborts it between graph nodes; what it wrote is cut);
+6. hands each slot its rows: `Slot.consumed`, then the output step (output.py) samples the
+   slot's next token and turns it into events, or `speculative.verify` for a slot with
+   guesses (the cache is cut after the accepted ones).
+
+A plan's rows name their job: a slot whose admission failed, or whose job ended since the plan
+was made, is passed over. The engine's edits of its context go through `own` (the engine's epoch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from ..blocks.batch import LlamaBatch
+from ..blocks.context import LlamaContext
+from ..errors import DecodeError, LlamaError
+from .completion import StopReason
+from .output import Emitter
+from .scheduler import StepPlan
+from .slot import Slot
+from .speculative import Drafter, ask, verify
+from .stats import EngineStats
+
+_ABORTED = 2  # llama_decode's code when the abort callback stopped it
+
+
+class Runner:
+    """Runs plans on `context` (a batch of n_batch tokens), handing sampled rows to `emitter`."""
+
+    def __init__(self, context: LlamaContext, emitter: Emitter, stats: EngineStats, drafter: Drafter | None,
+                 own: Callable[[], contextlib.AbstractContextManager[None]]):
+        self._ctx = context
+        self._emitter = emitter
+        self._stats = stats
+        self._drafter = drafter
+        self._own = own
+        self._batch = LlamaBatch(context.n_batch, 1)
+
+    def run(self, plan: StepPlan) -> None:
+        emitter = self._emitter
+        for slot in plan.cancel:
+            if slot.job is not None:
+                emitter.finish(slot, StopReason.CANCELLED)
+        if plan.media is not None:
+            if plan.media.job is not None:
+                self._eval_media(plan.media)
+            return
+        rows = self._build(plan)
+        if not rows:
+            return
+        ctx = self._ctx
+        ctx.clear_abort()
+        if any(slot.job is not None and slot.job.cancelled for slot, _ in rows):
+            return  # Llama.cancel came after the plan, before the abort flag was cleared: next step
+        try:
+            with self._own():
+                ctx.decode(self._batch)
+        except DecodeError as exc:
+            if exc.code != _ABORTED:
+                self.fail(rows, exc)
+                return
+            # Llama.cancel: what the aborted decode wrote is not ours; the cancelled jobs end next step.
+            with self._own():
+                for slot, _ in rows:
+                    ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
+                    slot.draft = []
+            return
+        except LlamaError as exc:
+            self.fail(rows, exc)
+            return
+        self._stats.decode_steps += 1
+        end = 0  # one past the slot's last token in the batch: its logits row when its prompt is read
+        for slot, n in rows:
+            end += n
+            if slot.draft:
+                self._verify(slot, end - n)
+            elif slot.consumed(n):
+                emitter.output(slot, end - 1)
+
+    def _build(self, plan: StepPlan) -> list[tuple[Slot, int]]:
+        """The plan's batch; (slot, how many of its tokens are in the batch), in the batch's order."""
+        batch = self._batch
+        batch.clear()
+        decode = [slot for slot in plan.decode if slot.job is not None and slot.next is not None]
+        if self._drafter is not None and plan.drafts:
+            ask(self._drafter, [(slot, n) for slot, n in plan.drafts if slot.job is not None and slot.next is not None])
+        rows: list[tuple[Slot, int]] = []
+        for slot in decode:
+            assert slot.next is not None
+            batch.add(slot.next, len(slot.tokens), slot.seq, True)
+            for i, token in enumerate(slot.draft):
+                batch.add(token, len(slot.tokens) + 1 + i, slot.seq, True)
+            rows.append((slot, 1 + len(slot.draft)))
+        for chunk in plan.prefill:
+            slot = chunk.slot
+            if slot.job is not chunk.job or not slot.todo:  # its admission failed, or it ended
+                continue
+            take = slot.todo[:chunk.n]
+            batch.add_sequence(take, slot.seq, False, len(slot.tokens))
+            if len(take) < len(slot.todo):
+                batch.logits[batch.n_tokens - 1] = 0  # logits only where the prompt ends
+            rows.append((slot, len(take)))
+        return rows
+
+    def _eval_media(self, slot: Slot) -> None:
+        job = slot.job
+        assert job is not None
+        self._ctx.clear_abort()
+        if job.cancelled:
+            self._emitter.finish(slot, StopReason.CANCELLED)
+            return
+        try:
+            with self._own():
+                n_past = job.media.eval(self._ctx, 0, slot.seq, self._ctx.n_batch, True)
+        except LlamaError as exc:
+            if job.cancelled:  # Llama.cancel aborted the decode
+                with self._own():
+                    self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
+                self._emitter.finish(slot, StopReason.CANCELLED)
+            else:
+                self.fail([(slot, 0)], exc)
+            return
+        slot.media_read(n_past)  # positions no text prompt can match: no prefix reuse past media
+        self._stats.decode_steps += 1
+        self._emitter.output(slot, -1)
+
+    def _verify(self, slot: Slot, first: int) -> None:
+        job = slot.job
+        assert job is not None
+        drafted, accepted = job.drafted, job.accepted
+        verify(slot, first, self._emitter.output)
+        self._stats.drafted_tokens += job.drafted - drafted
+        self._stats.accepted_tokens += job.accepted - accepted
+        with self._own():
+            self._ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
+
+    def fail(self, rows: list[tuple[Slot, int]], exc: BaseException) -> None:
+        """End the rows' jobs with `exc`; what their sequences hold is unknown, so they are cleared."""
+        for slot, _ in rows:
+            job = slot.job
+            with self._own():
+                self._ctx.kv_cache_seq_rm(slot.seq, 0, -1)
+            slot.forget()
+            self._emitter.release(slot)
+            if job is not None:
+                self._emitter.end(job, exc)
