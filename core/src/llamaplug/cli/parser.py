@@ -230,7 +230,16 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--pooling", choices=["mean", "cls", "last"],
                        help="for /v1/embeddings (default: the model's own; mean where it has none)")
     serve.add_argument("--api-key", type=_api_key,
-                       help="require `Authorization: Bearer KEY` on every route but /health (401 otherwise)")
+                       help="require `Authorization: Bearer KEY` on every route but /health (401 otherwise); "
+                            "several keys comma-separated, each reading only its own kept responses")
+    serve.add_argument("--responses-db", metavar="PATH", help="the SQLite file of /v1/responses' kept responses "
+                       "(store, previous_response_id) (default: $XDG_DATA_HOME/llamaplug/responses.sqlite3)")
+    serve.add_argument("--responses-max-age", type=_seconds, default=720 * 3600.0, metavar="DURATION",
+                       help="kept responses older than this are gone (default 720h, OpenAI's 30 days; -1: never)")
+    serve.add_argument("--responses-max-mib", type=_positive, default=256, metavar="MIB",
+                       help="the oldest kept responses go when their JSON passes this (default 256)")
+    serve.add_argument("--no-responses-store", dest="responses_store", action="store_false",
+                       help="keep no responses: previous_response_id is a 400, GET /v1/responses/{id} a 404")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"],
                        help="the library's log level (default: error; debug with --verbose). The server's own "
                             "lines (listening, one per request, stopped) show at every level but none")

@@ -122,6 +122,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..server.request_limits import RequestLimits
 
     app.state.request_limits = RequestLimits(args.max_messages, args.max_chars, args.max_inputs)
+    from ..server import response_store
+
+    app.state.responses = response_store.ResponseStore(
+        args.responses_db or response_store.default_path(), args.responses_max_age,
+        args.responses_max_mib * 2**20) if args.responses_store else None
     # uvicorn's loggers go to the handler serve_log set up (log_config None: uvicorn leaves logging alone)
     options = {**uvicorn_options(args.max_header_kib * 1024), "log_level": "info" if args.verbose else "warning",
                "access_log": False, "log_config": None}

@@ -26,6 +26,7 @@ from .cors import Cors
 from .metrics import Metrics
 from .middleware import CorsGuard, Counted, JsonBody, KeyGuard
 from .registry import ModelRegistry, Served
+from .response_store import ResponseStore
 from .routes import ROUTERS
 
 # bytes (serve's --max-body-mib): a long prompt or an image or two in base64. JSON parsing and the body's
@@ -79,6 +80,8 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.state.slot_save_path = slot_save_path
     app.state.endpoint_slots = endpoint_slots
     app.state.webui = webui
+    # /v1/responses' kept responses: this process's only; `llamaplug serve` puts them in a file (--responses-db)
+    app.state.responses = ResponseStore()
     # (the last added runs first)
     app.add_middleware(JsonBody, max_body=max_body)
     app.add_middleware(KeyGuard, api_key=api_key)

@@ -17,6 +17,7 @@ from . import request_body
 from .api_error import ApiError, BodyTooLargeError, ForbiddenError, UnauthorizedError
 from .cors import Cors
 from .metrics import Metrics
+from .response_store import owner_of
 
 # What answers without the API key: llama-server's public endpoints, and the chat page's own files (the
 # page asks for the key and sends it with its API calls; a browser cannot send it for the page itself).
@@ -82,24 +83,30 @@ class CorsGuard:
 
 class KeyGuard:
     """The API key on every path but the public ones, when one is set: as llama-server, `Authorization: Bearer
-    KEY` or a bare `Authorization: KEY`; as Anthropic's clients send it, `x-api-key: KEY`."""
+    KEY` or a bare `Authorization: KEY`; as Anthropic's clients send it, `x-api-key: KEY`. Several keys
+    comma-separated, as llama-server's --api-key; the request's state gets `key_owner`, the hash of the key it
+    gave (response_store.owner_of: whose kept responses it may read)."""
 
     def __init__(self, app: ASGIApp, api_key: str | None):
-        self.app, self.api_key = app, api_key
+        self.app = app
+        self.keys = None if api_key is None else [(k.encode(), owner_of(k)) for k in api_key.split(",") if k]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        api_key, path = self.api_key, scope.get("path", "")
-        if (scope["type"] != "http" or api_key is None or path in PUBLIC_PATHS
+        keys, path = self.keys, scope.get("path", "")
+        if (scope["type"] != "http" or keys is None or path in PUBLIC_PATHS
                 or path.startswith(PUBLIC_PREFIX)):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        given = headers.get("authorization", "").removeprefix("Bearer ")
-        if not (secrets.compare_digest(given.encode(), api_key.encode())
-                or secrets.compare_digest(headers.get("x-api-key", "").encode(), api_key.encode())):
+        given = headers.get("authorization", "").removeprefix("Bearer ").encode()
+        other = headers.get("x-api-key", "").encode()
+        owner = next((o for k, o in keys if secrets.compare_digest(given, k) or secrets.compare_digest(other, k)),
+                     None)
+        if owner is None:
             await _refuse(UnauthorizedError("missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)"),
                           scope, receive, send)
             return
+        scope.setdefault("state", {})["key_owner"] = owner
         await self.app(scope, receive, send)
 
 

@@ -106,6 +106,7 @@ class ResponsesRequest(_Body):
     stream: bool = False
     text: TextConfig | None = None
     previous_response_id: str | None = None
+    store: bool = Field(True, description="keep the response (GET /v1/responses/{id}, previous_response_id)")
     metadata: dict[str, str] | None = None
     reasoning: ReasoningConfig | None = None
     # llama-server's stream fields, as on its chat route
@@ -194,6 +195,23 @@ class ResponseObject(BaseModel):
     tools: list[dict[str, Any]] = []
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
-    previous_response_id: None = None
+    previous_response_id: str | None = None
+    store: bool = True
     metadata: dict[str, str] = {}
     text: dict[str, Any] = {"format": {"type": "text"}}
+
+
+class InputItemList(BaseModel):
+    """GET /v1/responses/{id}/input_items: the items a kept response answered, a page at a time."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class DeletedResponse(BaseModel):
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool = True

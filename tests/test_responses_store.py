@@ -1,0 +1,169 @@
+"""Stateful Responses: `store`, `previous_response_id`, GET/DELETE /v1/responses/{id} and its input_items,
+driven by the real `openai` client against `llamaplug serve` (SmolLM2).
+
+The reference for a chained turn is the same conversation sent whole: its prompt (the input_tokens count) and
+its greedy reply must be the ones the chained request gets. The store is a file: a second server on the same
+file continues a chain the first one started; a key never reaches another key's responses.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+from llamaplug_testing import llamaplug_server
+
+KEYS = ("key-a", "key-b")
+TOKENS = 8
+FIRST = "My name is Ada. Say hello to me."
+SECOND = "What did I say my name was?"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    return tmp_path_factory.mktemp("responses") / "responses.sqlite3"
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path, db):
+    with llamaplug_server(smollm2_path, "-c", "2048", "--parallel", "2", "--api-key", ",".join(KEYS),
+                          "--responses-db", str(db)) as (port, _):
+        yield port
+
+
+def client(port: int, key: str = KEYS[0]) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def oai(server):
+    return client(server)
+
+
+@pytest.fixture(scope="module")
+def model(oai):
+    return oai.models.list().data[0].id
+
+
+def create(oai, model, **kwargs):
+    return oai.responses.create(model=model, max_output_tokens=TOKENS, temperature=0, **kwargs)
+
+
+def input_tokens(port: int, body: dict, key: str = KEYS[0]) -> int:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/responses/input_tokens", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())["input_tokens"]
+
+
+def whole(first_reply: str) -> list[dict]:
+    return [{"role": "user", "content": FIRST}, {"role": "assistant", "content": first_reply},
+            {"role": "user", "content": SECOND}]
+
+
+@pytest.fixture(scope="module")
+def first(oai, model):
+    return create(oai, model, input=FIRST)
+
+
+def test_a_chained_turn_is_the_whole_conversation(oai, model, server, first):
+    assert first.store is True and first.previous_response_id is None and first.output_text
+    second = create(oai, model, input=SECOND, previous_response_id=first.id)
+    assert second.previous_response_id == first.id
+    # the chained prompt is the whole conversation's, rendered through the same chat path
+    chained = input_tokens(server, {"model": model, "input": SECOND, "previous_response_id": first.id})
+    assert chained == input_tokens(server, {"model": model, "input": whole(first.output_text)})
+    assert chained > input_tokens(server, {"model": model, "input": FIRST}) + 3
+    reference = create(oai, model, input=whole(first.output_text), store=False)
+    assert second.output_text == reference.output_text
+
+    items = oai.responses.input_items.list(second.id, order="asc").data
+    assert [(i.type, i.role) for i in items] == [("message", "user"), ("message", "assistant"), ("message", "user")]
+    assert [i.content[0].text for i in items] == [FIRST, first.output_text, SECOND]
+    assert items[1].id == first.output[0].id  # the first response's own output item
+    newest = oai.responses.input_items.list(second.id, limit=1)  # desc by default, as OpenAI's
+    assert [i.id for i in newest.data] == [items[-1].id] and newest.has_more
+
+
+def test_retrieve_then_delete(oai, model):
+    got = create(oai, model, input="Name a colour.", metadata={"n": "1"})
+    kept = oai.responses.retrieve(got.id)
+    assert kept.id == got.id and kept.output_text == got.output_text and kept.metadata == {"n": "1"}
+    assert kept.usage.input_tokens == got.usage.input_tokens
+    oai.responses.delete(got.id)
+    with pytest.raises(openai.NotFoundError) as missing:
+        oai.responses.retrieve(got.id)
+    assert missing.value.body["type"] == "invalid_request_error"
+    with pytest.raises(openai.NotFoundError):
+        oai.responses.delete(got.id)
+    with pytest.raises(openai.BadRequestError) as chained:  # OpenAI's answer to an id it does not have
+        create(oai, model, input="x", previous_response_id=got.id)
+    assert chained.value.code == "previous_response_not_found" and chained.value.param == "previous_response_id"
+
+
+def test_store_false_is_not_kept(oai, model):
+    got = create(oai, model, input="Name a colour.", store=False)
+    assert got.store is False
+    with pytest.raises(openai.NotFoundError):
+        oai.responses.retrieve(got.id)
+
+
+def test_streamed_responses_are_kept(oai, model):
+    events = list(create(oai, model, input="Name a fruit.", stream=True))
+    assert events[-1].type in ("response.completed", "response.incomplete")  # 8 tokens may cut it short
+    final = events[-1].response
+    kept = oai.responses.retrieve(final.id)
+    assert kept.output_text == final.output_text and kept.status == final.status
+    second = create(oai, model, input=SECOND, previous_response_id=final.id)
+    assert [i.id for i in oai.responses.input_items.list(second.id, order="asc").data][1] == final.output[0].id
+
+
+def test_another_key_never_reads_them(server, oai, model, first, db):
+    other = client(server, KEYS[1])
+    with pytest.raises(openai.NotFoundError):
+        other.responses.retrieve(first.id)
+    with pytest.raises(openai.NotFoundError):
+        other.responses.input_items.list(first.id)
+    with pytest.raises(openai.NotFoundError):
+        other.responses.delete(first.id)
+    with pytest.raises(openai.BadRequestError) as chained:
+        create(other, model, input=SECOND, previous_response_id=first.id)
+    assert chained.value.code == "previous_response_not_found"
+    assert oai.responses.retrieve(first.id).id == first.id  # still its own key's
+    # the file holds a hash of the key, never the key
+    with sqlite3.connect(db) as con:
+        owners = {o for (o,) in con.execute("SELECT DISTINCT owner FROM responses")}
+    assert owners and not any(k in o for o in owners for k in KEYS)
+
+
+def test_a_restart_between_two_chained_turns(smollm2_path, db, model, first):
+    with llamaplug_server(smollm2_path, "-c", "2048", "--api-key", ",".join(KEYS), "--responses-db", str(db)
+                          ) as (port, _):
+        again = client(port)
+        second = create(again, model, input=SECOND, previous_response_id=first.id)
+        assert [i.content[0].text for i in again.responses.input_items.list(second.id, order="asc").data] == [
+            FIRST, first.output_text, SECOND]
+        assert second.output_text == create(again, model, input=whole(first.output_text), store=False).output_text
+
+
+def test_no_responses_store(smollm2_path, tmp_path):
+    with llamaplug_server(smollm2_path, "-c", "512", "--no-responses-store") as (port, _):
+        oai = client(port)
+        got = oai.responses.create(model="m", input="Hi", max_output_tokens=2)
+        with pytest.raises(openai.NotFoundError):
+            oai.responses.retrieve(got.id)
+        with pytest.raises(openai.BadRequestError) as chained:
+            oai.responses.create(model="m", input="Hi", max_output_tokens=2, previous_response_id=got.id)
+        assert chained.value.param == "previous_response_id"
+
+
+def test_unknown_input_items_page(server, first):
+    req = urllib.request.Request(f"http://127.0.0.1:{server}/v1/responses/{first.id}/input_items?after=nope",
+                                 headers={"Authorization": f"Bearer {KEYS[0]}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=30)
+    assert refused.value.code == 400 and json.loads(refused.value.read())["error"]["param"] == "after"
