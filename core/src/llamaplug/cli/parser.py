@@ -223,6 +223,12 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-ram", type=int, default=256, metavar="MIB",
                        help="host memory for the KV of finished sequences, reused by later prompts with the same "
                             "prefix (0 = off)")
+    serve.add_argument("--cache-dir", metavar="DIR",
+                       help="keep the prompt cache on disk too, under --cache-ram: long prompts' KV outlives the "
+                            "server (written on eviction, after a prompt of 512+ new tokens, at a clean stop); "
+                            "servers may share DIR")
+    serve.add_argument("--cache-disk-mib", type=int, default=4096, metavar="MIB",
+                       help="the most MiB of files in --cache-dir, least recently used removed first (default 4096)")
     serve.add_argument("-b", "--batch-size", dest="n_batch", type=int, help="tokens per decode (n_batch)")
     serve.add_argument("-t", "--threads", type=int)
     serve.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF, help="seed for requests that give none")
@@ -280,10 +286,12 @@ def parser() -> argparse.ArgumentParser:
     tokenizer = sub.add_parser("tokenizer", help="tokenizer tools (plugin llamaplug-tokenizer-hf)")
     groups = {"tokenizer": tokenizer.add_subparsers(dest="tokenizer_command", required=True)}
     from ..bench import add_parser
+    from .cache import add_cache_commands
     from .model_commands import add_model_commands
 
     add_parser(sub)
     add_model_commands(sub)
+    add_cache_commands(sub)
     _add_plugin_commands(sub, groups)
     return p
 

@@ -46,6 +46,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                "log_level": native_log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed}
     if args.threads:
         base["n_threads"] = args.threads
+    if args.cache_dir:
+        base.update(cache_dir=args.cache_dir, cache_disk_mib=args.cache_disk_mib)
     if args.rpc:
         base["rpc_servers"] = [e.strip() for given in args.rpc for e in given.split(",") if e.strip()]
     if args.n_batch:

@@ -23,6 +23,12 @@ _COUNTERS = (
     ("cached_tokens", "prompt tokens reused from a slot's KV cache instead of decoded"),
     ("generated_tokens", "tokens generated"),
     ("decode_steps", "llama_decode calls (one batch each)"),
+    # The prompt cache per tier (high/disk_store.py; with no disk tier these stay 0): a RAM miss is a lookup the
+    # host store had no prefix for; a disk miss is one neither tier had, or a disk file refused.
+    ("cache_ram_hits", "prompt cache lookups served from host memory (serve --cache-dir)"),
+    ("cache_ram_misses", "prompt cache lookups host memory had no prefix for (serve --cache-dir)"),
+    ("cache_disk_hits", "prompt cache lookups served from the cache directory"),
+    ("cache_disk_misses", "prompt cache lookups neither tier could serve, or whose file was refused"),
 )
 _NAMES = [name for name, _ in _COUNTERS]
 
@@ -89,7 +95,9 @@ class Metrics:
                   ("queue_length", "requests waiting for a slot", lambda e: e.stats.waiting),
                   ("stored_sequences", "finished sequences whose KV is kept in host memory",
                    lambda e: e.stats.stored_sequences),
-                  ("stored_bytes", "bytes of that KV", lambda e: e.stats.stored_bytes))
+                  ("stored_bytes", "bytes of that KV", lambda e: e.stats.stored_bytes),
+                  ("cache_disk_bytes", "bytes of prompt cache files in the cache directory (serve --cache-dir)",
+                   lambda e: e.stats.cache_disk_bytes))
         for name, doc, value in gauges:
             lines += [f"# HELP llamaplug_{name} {doc}", f"# TYPE llamaplug_{name} gauge",
                       f"llamaplug_{name} {sum(value(e) for _, e in engines)}"]
