@@ -181,6 +181,7 @@ class DiskStore:
         self._others: set[str] = set()  # other scopes' files, known not to be ours
         self._dir_mtime = -1
         self._memo: tuple[tuple[Any, ...], str, dict[str, Any]] | None = None
+        self._cvec: Any = None
         self._queue: queue.Queue[tuple[str, dict[str, Any], tuple[int, ...], bytes] | None] = queue.Queue()
         self._pending: dict[str, int] = {}  # name -> KV bytes waiting for the writer
         self._writer: threading.Thread | None = None
@@ -192,8 +193,10 @@ class DiskStore:
         """The context's scope now (adapters may have changed since the last call: then the index is redone)."""
         ctx = self._ctx
         cvec = ctx.control_vector
-        memo = (tuple((id(a), s) for a, s in ctx.loras.items()), None if cvec is None else (id(cvec[0]), cvec[1:]))
-        if self._memo is None or self._memo[0] != memo:
+        # the objects themselves, not their ids (an id may come back for the next vector once the last is freed)
+        memo = (tuple(ctx.loras.items()), None if cvec is None else cvec[1:])
+        if self._memo is None or self._memo[0] != memo or self._cvec is not (None if cvec is None else cvec[0]):
+            self._cvec = None if cvec is None else cvec[0]
             description = describe(ctx)
             digest = scope_digest(description)
             with self._lock:
