@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import ChatTemplateError, InvalidParameterError, SamplingError
 from ..raw import ffi, lib
 from ._handle import NativeHandle
+from .tool_choice import call_first
 
 # common_grammar_trigger_type
 TRIGGER_TOKEN, TRIGGER_WORD, TRIGGER_PATTERN, TRIGGER_PATTERN_FULL = range(4)
@@ -107,7 +108,12 @@ class ChatTemplates(NativeHandle):
                 # llama.cpp reports a template that raises while it analyses it as a bad request: the template's
                 raise ChatTemplateError(str(exc)) from None
             raise
-        return _json_out(out)
+        params = _json_out(out)
+        if request.get("tool_choice") == "required" and params.get("grammar"):
+            # Beyond llama-server: its "required" grammar lets text come first, and a model that writes text
+            # never calls (tool_choice.py); the call starts after the thinking block instead.
+            params["grammar"] = call_first(params, request.get("parallel_tool_calls"))
+        return params
 
 
 def parser_params(params: dict[str, Any], reasoning_format: str | None = None, stream: bool = False

@@ -1,0 +1,195 @@
+"""A forced tool call that is a call: the chat layer's grammar for tool_choice "required", with no text before it.
+
+llama.cpp's chat layer (so llama-server) builds the grammar of a "required" reply from the same PEG
+parser that reads it: the thinking block, then any content up to the tool-call marker, then the call(s).
+A model that does not start a call by itself writes that content until max_tokens, and no call comes.
+Here the content parts are taken out of the grammar (never out of the parser that reads the reply):
+
+    params = templates.apply({..., "tool_choice": "required"})
+    params["grammar"] = call_first(params, parallel=False)
+
+What is content is what the parser tags "content" (its serialized arena, params["parser"]); its GBNF
+rules are named after the parser's id (`until-<id>`, `ac-<id>`) or are the rule it refers to. What the
+parser also tags "reasoning" stays (gpt-oss shares one message rule), and so does the thinking block.
+`parallel=False` makes the one-or-more call list of the JSON-native formats one call (the tagged formats'
+grammars already follow parallel_tool_calls).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import InvalidGrammarError
+from .grammar import check_grammar
+
+_log = logging.getLogger("llamaplug.tool_choice")
+
+# GBNF's tokens: a literal, a character class, a name, a {m,n} repetition, a token reference, any other mark.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z0-9_-]+|\{[0-9, ]*\}|<\[\d+\]>|\S')
+_OPS = ("?", "*", "+")
+
+
+def call_first(params: dict[str, Any], parallel: bool | None = None) -> str:
+    """The grammar of `params` (a "required" reply's, from ChatTemplates.apply) without the content before, between
+    or after the calls; the grammar as given where the parser tags no content the grammar names, or the result
+    does not parse (logged); and as given where reasoning_format "none" makes the thinking block the template's
+    generation prompt opens content."""
+    grammar = params.get("grammar") or ""
+    if not grammar or params.get("grammar_lazy"):
+        return grammar
+    start = params.get("thinking_start_tag") or ""
+    if params.get("reasoning_format") == "none" and start and start in (params.get("generation_prompt") or ""):
+        # With no reasoning format the thinking the prompt opens is content: the grammar must take it.
+        return grammar
+    try:
+        arena = json.loads(params["parser"]) if isinstance(params.get("parser"), str) else params.get("parser")
+        content, reasoning = _content_names(arena)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return grammar
+    lines = []
+    for line in grammar.splitlines():
+        name, sep, body = line.partition(" ::= ")
+        if sep and body:
+            body = _without(body, content, reasoning)
+            if parallel is False:
+                body = _one_call(body, _call_rules(arena))
+            line = f"{name} ::= {body}"
+        lines.append(line)
+    out = "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
+    if out == grammar:
+        return grammar
+    try:
+        check_grammar(out)
+    except InvalidGrammarError as exc:  # a shape this rewrite does not know: llama.cpp's grammar as it is
+        _log.warning("the forced tool call's grammar could not drop its content (%s); using llama.cpp's", exc)
+        return grammar
+    return out
+
+
+def _children(node: dict[str, Any]) -> list[int]:
+    if "children" in node:
+        return list(node["children"])
+    return [node["child"]] if "child" in node and node["type"] != "rule" else []
+
+
+def _walk(arena: dict[str, Any], start: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The parsers under `start`, not entering rules (a rule is named in the grammar by itself)."""
+    parsers, todo, seen = arena["parsers"], [start], set()
+    while todo:
+        at = todo.pop()
+        if at in seen:
+            continue
+        seen.add(at)
+        node = parsers[at]
+        yield at, node
+        todo.extend(_children(node))
+
+
+def _names_under(arena: dict[str, Any], start: int) -> set[str]:
+    names = set()
+    for at, node in _walk(arena, start):
+        if node["type"] in ("until", "ac"):
+            names.add(f"{node['type']}-{at}")
+        elif node["type"] in ("rule", "ref"):
+            names.add(node["name"])
+    return names
+
+
+def _content_names(arena: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """The grammar names of what the parser tags content and nothing else, and of what it tags reasoning."""
+    content: set[str] = set()
+    reasoning: set[str] = set()
+    for node in arena["parsers"]:
+        if node["type"] == "tag" and node["tag"] in ("content", "reasoning"):
+            (content if node["tag"] == "content" else reasoning).update(_names_under(arena, node["child"]))
+    return content - reasoning, reasoning
+
+
+def _call_rules(arena: dict[str, Any]) -> set[str]:
+    """The names of the rules a lazy grammar would start at (the parser's trigger rules: the calls)."""
+    return {node["name"] for node in arena["parsers"] if node["type"] == "rule" and node.get("trigger")}
+
+
+# A rule body as alternatives of sequences of items; an item is [token or alternatives, repetition or ""].
+Alts = list[list[list[Any]]]
+
+
+def _parse(tokens: list[str], at: int = 0) -> tuple[Alts, int]:
+    alts: Alts = [[]]
+    while at < len(tokens):
+        tok = tokens[at]
+        if tok == ")":
+            return alts, at + 1
+        at += 1
+        if tok == "|":
+            alts.append([])
+            continue
+        item: list[Any] = [tok, ""]
+        if tok == "(":
+            item[0], at = _parse(tokens, at)
+        if at < len(tokens) and (tokens[at] in _OPS or tokens[at].startswith("{")):
+            item[1] = tokens[at]
+            at += 1
+        alts[-1].append(item)
+    return alts, at
+
+
+def _refers(alts: Alts, names: set[str]) -> bool:
+    return any(item[0] in names if isinstance(item[0], str) else _refers(item[0], names)
+               for seq in alts for item in seq)
+
+
+def _drop(alts: Alts, content: set[str], reasoning: set[str]) -> tuple[Alts, bool]:
+    """`alts` without the references to `content`, the groups that leaves empty, and, in a choice, the
+    alternatives that lost content and hold no thinking when another lost nothing (functionary v3.2's
+    `"all\\n" <content> <call> | <calls>`: its first branch would be the call's name read as content)."""
+    out: Alts = []
+    lost: list[bool] = []
+    for seq in alts:
+        kept: list[list[Any]] = []
+        dropped = False
+        for tok, rep in seq:
+            if isinstance(tok, str):
+                if tok in content:
+                    dropped = True
+                else:
+                    kept.append([tok, rep])
+                continue
+            inner, inner_dropped = _drop(tok, content, reasoning)
+            dropped |= inner_dropped
+            if any(inner):
+                kept.append([inner, rep])
+        out.append(kept)
+        lost.append(dropped)
+    if len(out) > 1 and any(lost) and not all(lost):
+        out = [seq for seq, was in zip(out, lost) if not was or _refers([seq], reasoning)]
+    return out, any(lost)
+
+
+def _render(alts: Alts) -> str:
+    def item(tok: Any, rep: str) -> str:
+        return (tok if isinstance(tok, str) else f"({_render(tok)})") + rep
+
+    return " | ".join(" ".join(item(tok, rep) for tok, rep in seq) for seq in alts)
+
+
+def _without(body: str, content: set[str], reasoning: set[str]) -> str:
+    """`body` without its content (see _drop); as given when it names none."""
+    tokens = _TOKEN.findall(body)
+    if not content.intersection(tokens):
+        return body
+    alts, _ = _parse(tokens)
+    return _render(_drop(alts, content, reasoning)[0])
+
+
+def _one_call(body: str, calls: set[str]) -> str:
+    """`(call space)+` (the JSON-native formats' call list, whatever parallel_tool_calls says) as one call."""
+    tokens = _TOKEN.findall(body)
+    if len(tokens) == 5 and tokens[0] == "(" and tokens[1] in calls | {"tool-call"} and tokens[2] == "space" \
+            and tokens[3] == ")" and tokens[4] == "+":
+        return f"{tokens[1]} space"
+    return body

@@ -1,0 +1,161 @@
+"""tool_choice "required" and a named function make the reply a call (issue 42 part 2), on SmolLM2 with no few-shot
+turns, through the library (whole and streamed), the OpenAI route and Anthropic's tool_choice (any, tool).
+
+llama.cpp's chat layer (so llama-server) builds a "required" grammar that lets text come before the call; SmolLM2
+writes that text until max_tokens and no call comes (the pin's llama-server: printed beside ours below).
+blocks/tool_choice.py takes the content out of that grammar, so the call starts at once, after a thinking block
+where the template has one. The templates: the pin's models/templates files of the main families (Hermes-style
+<tool_call>, Llama 3.x's bare JSON, Mistral's [TOOL_CALLS], Qwen 3's optional thinking, and, in the grammar itself,
+DeepSeek R1's, whose generation prompt opens a thinking block that SmolLM2 would not close within max_tokens).
+On the old code (llama.cpp's grammar as it is) every text of the grammar test is taken."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+from llamaplug_testing import llama_server, llamaplug_server
+
+import fetch
+import llamaplug as lp
+from llamaplug.blocks.chat_layer import ChatTemplates
+from llamaplug.blocks.grammar import Grammar
+
+TEMPLATE_DIR = fetch.materialise() / "models" / "templates"
+# (template, the request's other fields): Qwen 3's thinking is optional; with enable_thinking false its generation
+# prompt holds a closed thinking block, after which the call must start.
+CASES = {"qwen2.5": ("Qwen-Qwen2.5-7B-Instruct.jinja", {}),
+         "hermes2pro": ("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", {}),
+         "llama3.1": ("meta-llama-Llama-3.1-8B-Instruct.jinja", {}),
+         "mistral-nemo": ("mistralai-Mistral-Nemo-Instruct-2407.jinja", {}),
+         "qwen3": ("Qwen-Qwen3-0.6B.jinja", {}),
+         "qwen3-no-thinking": ("Qwen-Qwen3-0.6B.jinja", {"chat_template_kwargs": {"enable_thinking": False}})}
+R1 = "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "description": "Time in a zone", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string", "maxLength": 12}}, "required": ["zone"]}}}
+TOOLS = [WEATHER, TIME]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+NAMED = {"type": "function", "function": {"name": "get_time"}}
+MAX_TOKENS = 80
+
+
+def _check_calls(calls: list[tuple[str, str]], names: set[str], one: bool = True) -> None:
+    assert len(calls) == 1 if one else calls, calls  # parallel_tool_calls=False: one call
+    for name, arguments in calls:
+        assert name in names
+        jsonschema.validate(json.loads(arguments), SCHEMAS[name])
+
+
+def _streamed(chunks: list[Any]) -> tuple[list[tuple[str, str]], str | None]:
+    calls: dict[int, list[str]] = {}
+    for chunk in chunks:
+        for delta in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            call = calls.setdefault(delta.index, ["", ""])
+            if delta.function is not None:
+                call[0] += delta.function.name or ""
+                call[1] += delta.function.arguments or ""
+    finish = next((c.choices[0].finish_reason for c in reversed(chunks) if c.choices), None)
+    return [(n, a) for n, a in calls.values()], finish
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_required_and_a_named_function_give_a_call(llama, case):
+    name, extra = CASES[case]
+    template = (TEMPLATE_DIR / name).read_text()
+    given = dict(tools=TOOLS, chat_template=template, max_tokens=MAX_TOKENS, parallel_tool_calls=False, **extra)
+    out = llama.create_chat_completion(ASK, tool_choice="required", **given)
+    choice = out.choices[0]
+    print(f"{name}: required -> {[(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]}")
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    _check_calls([(c.function.name, c.function.arguments) for c in choice.message.tool_calls], set(SCHEMAS))
+    calls, finish = _streamed(list(llama.create_chat_completion(ASK, tool_choice=NAMED, stream=True, **given)))
+    print(f"{name}: get_time, streamed -> {calls}")
+    assert finish == "tool_calls"
+    _check_calls(calls, {"get_time"})
+
+
+QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris"}\n'
+           '```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
+
+
+@pytest.mark.parametrize("name,takes,refuses", [
+    (CASES["qwen2.5"][0], [QWEN_CALL], ["Sure! " + QWEN_CALL, QWEN_CALL + "\n" + QWEN_CALL]),
+    # DeepSeek R1's generation prompt opens <think>: the thinking goes on until </think>, then the call
+    (R1, ["I will call get_weather.</think>" + R1_CALL], ["</think>Sure! " + R1_CALL]),
+])
+def test_the_grammar_starts_at_the_call_after_the_thinking(llama, name, takes, refuses):
+    """What the requests above rely on, in the grammar itself (llama.cpp's takes every text here): no text
+    before the call but the thinking block, and with parallel_tool_calls false no second call."""
+    templates = ChatTemplates(llama.model, (TEMPLATE_DIR / name).read_text())
+    params = templates.apply({"messages": ASK, "tools": [WEATHER], "tool_choice": "required",
+                              "parallel_tool_calls": False})
+    grammar = Grammar.from_string(params["grammar"])
+    for text in takes:
+        assert _accepts(llama, grammar, params["generation_prompt"] + text), text
+    for text in refuses:
+        assert not _accepts(llama, grammar, params["generation_prompt"] + text), text
+    templates.close()
+
+
+def _accepts(llama: lp.Llama, grammar: Grammar, text: str) -> bool:
+    """Whether `grammar` takes the tokens of `text` (llama.cpp's grammar reads them as a prefill)."""
+    tokens = llama.model.tokenize(text, False, True)
+    try:
+        lp.SamplerChain().grammar(grammar, prefill=tokens).greedy().prepare(llama.model).close()
+    except lp.SamplingError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def served(smollm2_path):
+    template = TEMPLATE_DIR / CASES["qwen2.5"][0]
+    with llamaplug_server(smollm2_path, "-np", "1", "-c", "2048", "--chat-template-file", str(template)) as (port, _):
+        yield port
+
+
+def test_the_openai_route_gives_a_call(served, smollm2_path, native_tools):
+    import openai
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{served}/v1", api_key="unused", max_retries=0, timeout=600)
+    body: dict[str, Any] = dict(model="m", messages=ASK, tools=TOOLS, max_tokens=MAX_TOKENS, parallel_tool_calls=False)
+    out = client.chat.completions.create(tool_choice="required", **body)
+    message = out.choices[0].message
+    assert out.choices[0].finish_reason == "tool_calls" and not message.content
+    _check_calls([(c.function.name, c.function.arguments) for c in message.tool_calls], set(SCHEMAS))
+    calls, finish = _streamed(list(client.chat.completions.create(tool_choice=NAMED, stream=True, **body)))
+    assert finish == "tool_calls"
+    _check_calls(calls, {"get_time"})
+    template = TEMPLATE_DIR / CASES["qwen2.5"][0]
+    with llama_server(native_tools, smollm2_path, "-c", "2048", "--jinja", "--chat-template-file",
+                      str(template)) as port:
+        theirs = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0,
+                               timeout=600).chat.completions.create(tool_choice="required", **body).choices[0]
+    print(f"llama-server, tool_choice required: finish_reason {theirs.finish_reason!r}, tool_calls "
+          f"{theirs.message.tool_calls}, content {theirs.message.content!r}; llamaplug: "
+          f"{[(c.function.name, c.function.arguments) for c in message.tool_calls]}")
+
+
+@pytest.mark.parametrize("choice,names", [({"type": "any"}, set(SCHEMAS)),
+                                          ({"type": "tool", "name": "get_time"}, {"get_time"})])
+def test_anthropic_tool_choice_gives_a_tool_use(served, choice, names):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{served}", api_key="unused", max_retries=0,
+                                 timeout=600)
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    out = client.messages.create(model="m", max_tokens=MAX_TOKENS, messages=ASK, tools=tools, tool_choice=choice)
+    uses = [b for b in out.content if b.type == "tool_use"]
+    print(f"Anthropic tool_choice {choice}: {[(u.name, u.input) for u in uses]}")
+    # The reply starts at a call. (disable_parallel_tool_use does not reach parallel_tool_calls yet: more calls
+    # may follow, the last cut by max_tokens.)
+    assert out.content and out.content[0].type == "tool_use", out.content
+    assert out.stop_reason in ("tool_use", "max_tokens")
+    _check_calls([(u.name, json.dumps(u.input)) for u in uses[:1]], names)
