@@ -74,6 +74,8 @@ def test_a_chained_turn_is_the_whole_conversation(oai, model, server, first):
     assert first.store is True and first.previous_response_id is None and first.output_text
     second = create(oai, model, input=SECOND, previous_response_id=first.id)
     assert second.previous_response_id == first.id
+    # the prompt cache: the first turn's prompt (and reply) is the chained prompt's prefix, read once
+    assert second.usage.input_tokens_details.cached_tokens > 0
     # the chained prompt is the whole conversation's, rendered through the same chat path
     chained = input_tokens(server, {"model": model, "input": SECOND, "previous_response_id": first.id})
     assert chained == input_tokens(server, {"model": model, "input": whole(first.output_text)})
