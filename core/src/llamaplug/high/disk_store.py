@@ -218,9 +218,10 @@ class DiskStore:
             return
         if mtime == self._dir_mtime:
             return
-        self._dir_mtime = mtime
-        seen = set()
         now = time.time()
+        # a change within the timestamp's tick of this look would not move the mtime again: look next time too
+        self._dir_mtime = mtime if now - mtime / 1e9 > 0.05 else -1
+        seen = set()
         try:
             listing = list(os.scandir(self.dir))
         except OSError:
