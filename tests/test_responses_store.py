@@ -19,6 +19,7 @@ from llamaplug_testing import llamaplug_server
 
 KEYS = ("key-a", "key-b")
 TOKENS = 8
+MAX_MESSAGES = 4
 FIRST = "My name is Ada. Say hello to me."
 SECOND = "What did I say my name was?"
 
@@ -31,7 +32,7 @@ def db(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(smollm2_path, db):
     with llamaplug_server(smollm2_path, "-c", "2048", "--parallel", "2", "--api-key", ",".join(KEYS),
-                          "--responses-db", str(db)) as (port, _):
+                          "--responses-db", str(db), "--max-messages", str(MAX_MESSAGES)) as (port, _):
         yield port
 
 
@@ -156,6 +157,7 @@ def test_no_responses_store(smollm2_path, tmp_path):
     with llamaplug_server(smollm2_path, "-c", "512", "--no-responses-store") as (port, _):
         oai = client(port)
         got = oai.responses.create(model="m", input="Hi", max_output_tokens=2)
+        assert got.store is False  # it says it was not kept
         with pytest.raises(openai.NotFoundError):
             oai.responses.retrieve(got.id)
         with pytest.raises(openai.BadRequestError) as chained:
@@ -169,3 +171,11 @@ def test_unknown_input_items_page(server, first):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(req, timeout=30)
     assert refused.value.code == 400 and json.loads(refused.value.read())["error"]["param"] == "after"
+
+
+def test_the_message_bound_holds_for_the_whole_chain(oai, model):
+    a = create(oai, model, input="Hi.")
+    b = create(oai, model, input="Again.", previous_response_id=a.id)  # 3 items
+    with pytest.raises(openai.BadRequestError) as refused:  # 3 + b's reply + 1 > --max-messages
+        create(oai, model, input="More.", previous_response_id=b.id)
+    assert refused.value.param == "input" and "--max-messages" in refused.value.message

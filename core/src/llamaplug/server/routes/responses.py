@@ -60,10 +60,14 @@ router = RESPONSES.router()
 @router.post("/v1/responses", response_model=ResponseObject, responses=ERROR_RESPONSES)
 async def responses(body: ResponsesRequest, request: Request,
                     served: Annotated[Served, Depends(served_model(ResponsesRequest))]) -> Any:
-    store, owner = request.app.state.responses, _owner(request)
-    body, kept_items = chained(store, owner, body)
     llama = served.llama
     check_messages(request, body.input if isinstance(body.input, list) else [body.input], "input", body.instructions)
+    store, owner = request.app.state.responses, _owner(request)
+    body, kept_items = chained(store, owner, body)
+    if body.previous_response_id is not None:  # the bounds hold for the whole conversation
+        check_messages(request, body.input, "input", body.instructions)
+    if store is None:  # --no-responses-store: the response says it is not kept
+        body = body.model_copy(update={"store": False})
     chat = as_chat_request(body)
     limit = token_limit(request, chat.max_tokens)
     effort = body.reasoning.effort if body.reasoning is not None else None
