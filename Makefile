@@ -52,7 +52,8 @@ test-sysdeps:
 # traceback per package pip builds.
 build: sysdeps $(BIN)/tox
 	$(BIN)/python vendor/llama.cpp/fetch.py >/dev/null
-	$(PIP_INSTALL) ./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan ./plugins/tokenizer_hf
+	$(PIP_INSTALL) ./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan ./plugins/tokenizer_hf \
+		./plugins/llguidance
 	$(PIP_INSTALL) ./plugins/mtmd  # after the core: it links the installed core's libllama/ggml
 
 model: $(BIN)/python
@@ -86,7 +87,7 @@ lint: $(BIN)/tox
 # CPU variant, into dist/ (what an index takes), then tests/test_wheels.py on them: auditwheel's verdict,
 # `twine check`, versions and pins, and a fresh venv that installs `llamaplug[server] llamaplug-backend-cpu`
 # with plain pip from a local index over dist/ and generates (docs/packaging.md).
-DISTS := core backend_cpu backend_rpc backend_vulkan mtmd tokenizer_hf
+DISTS := core backend_cpu backend_rpc backend_vulkan mtmd tokenizer_hf llguidance
 dist: build model
 	LLAMAPLUG_CPU_VARIANTS=all $(BIN)/python scripts/dist.py --out dist $(DISTS)
 	LLAMAPLUG_DIST=dist $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_wheels.py

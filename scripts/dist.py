@@ -38,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 FOLDERS = {"core": "core", "backend_cpu": "plugins/backend_cpu", "backend_rpc": "plugins/backend_rpc",
            "backend_vulkan": "plugins/backend_vulkan", "backend_cuda": "plugins/backend_cuda",
-           "mtmd": "plugins/mtmd", "tokenizer_hf": "plugins/tokenizer_hf"}
+           "mtmd": "plugins/mtmd", "tokenizer_hf": "plugins/tokenizer_hf", "llguidance": "plugins/llguidance"}
 # What a wheel links but must not carry (docs/packaging.md says why, one line each).
 CORE_GGML = ("libggml-base.so",)  # the core wheel's copy, found by RUNPATH: one ggml in the process
 EXCLUDE = {
@@ -50,7 +50,7 @@ EXCLUDE = {
     "backend_cuda": (*CORE_GGML, "libcudart.so.*", "libcublas.so.*", "libcublasLt.so.*", "libcuda.so.1"),
     "mtmd": ("libllama.so", "libggml.so", "libggml-base.so"),
 }
-PURE = {"tokenizer_hf"}
+PURE = {"tokenizer_hf", "llguidance"}
 # The repository files a distribution's build reads from outside its folder, as they sit in the repository.
 SHARED = ("VERSION", "cmake/llamaplug.cmake", "vendor/llama.cpp/fetch.py", "vendor/llama.cpp/PIN",
           "vendor/llama.cpp/patches")

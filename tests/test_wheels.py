@@ -33,9 +33,9 @@ VERSION = (REPO / "VERSION").read_text().strip()
 MADE_BY_MAKE_DIST = os.environ.get("LLAMAPLUG_DIST")
 # What `make dist` builds here; make cuda-wheel / gpu-kit add backend_cuda.
 EVERY = ("llamaplug", "llamaplug_backend_cpu", "llamaplug_backend_rpc", "llamaplug_backend_vulkan", "llamaplug_mtmd",
-         "llamaplug_tokenizer_hf")
+         "llamaplug_tokenizer_hf", "llamaplug_llguidance")
 EXPECTED = EVERY if MADE_BY_MAKE_DIST else ("llamaplug", "llamaplug_backend_cpu", "llamaplug_backend_rpc")
-PURE = {"llamaplug_tokenizer_hf"}
+PURE = {"llamaplug_tokenizer_hf", "llamaplug_llguidance"}
 # What a wheel may leave to another wheel it depends on or to the machine (docs/packaging.md says why), nothing else.
 CORE = {"libggml-base.so"}
 LEFT_OUT = {"llamaplug": set(), "llamaplug_backend_cpu": CORE, "llamaplug_backend_rpc": CORE,

@@ -1,0 +1,135 @@
+"""The llguidance sampler: llguidance's token mask over llama.cpp's candidates, with numpy.
+
+llguidance computes, for the text so far, a bitmask of the vocabulary (one bit per token id, 32 to an
+int32 word). `apply` fills it and sets the logits of the candidates whose bit is clear to -inf,
+indexing the mask with the candidates' ids (no Python loop over the vocabulary); `accept` advances the
+matcher by the chosen token.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from typing import Any
+
+import llguidance
+import llguidance.numpy
+import numpy as np
+
+from llamaplug import InvalidParameterError, SamplingError
+
+_tokenizers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+class _Vocabulary:
+    """What llguidance's TokenizerWrapper asks of a tokenizer, from a llamaplug model's own vocabulary."""
+
+    def __init__(self, model: Any):
+        self._model = model
+        self.eos_token_id = model.eos
+        self.bos_token_id = model.bos
+        self.tokens: list[bytes] = []
+        self.special_token_ids: list[int] = []
+        for token in range(model.n_vocab):
+            piece = model.token_to_piece(token, True)
+            if model.token_is_control(token):
+                # llguidance's mark of a special token (as its llama.cpp binding writes them)
+                piece = b"\xff" + piece
+                self.special_token_ids.append(token)
+            self.tokens.append(piece)
+
+    def __call__(self, text: bytes | str) -> list[int]:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        return self._model.tokenize(text, False, False)
+
+
+def tokenizer_for(model: Any) -> Any:
+    """llguidance's tokenizer of `model`'s vocabulary (made once per model: about a second for 128k tokens)."""
+    with _lock:
+        found = _tokenizers.get(model)
+        if found is None:
+            eos = [t for t in range(model.n_vocab) if model.token_is_eog(t)] or None
+            found = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Vocabulary(model)), n_vocab=model.n_vocab,
+                                           eos_token=eos)
+            _tokenizers[model] = found
+        return found
+
+
+def grammar_of(json_schema: Any = None, lark: str | None = None, grammar: str | None = None) -> tuple[str, str]:
+    """llguidance's grammar for the one constraint given, and the field it came from."""
+    given = [(k, v) for k, v in (("json_schema", json_schema), ("lark", lark), ("grammar", grammar)) if v is not None]
+    if len(given) != 1:
+        raise InvalidParameterError("the llguidance sampler takes exactly one of json_schema, lark or grammar",
+                                    field="sampler")
+    field, value = given[0]
+    if field == "json_schema":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise InvalidParameterError(f"json_schema is not JSON: {exc}", field="json_schema") from None
+        if not isinstance(value, dict | bool):
+            raise InvalidParameterError("json_schema must be a JSON schema object", field="json_schema")
+        return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(value)), field
+    if not isinstance(value, str):
+        raise InvalidParameterError(f"{field} must be text", field=field)
+    if field == "lark" or value.lstrip().startswith("%llguidance"):
+        return llguidance.LLMatcher.grammar_from_lark(value), field
+    try:
+        return llguidance.grammar_from("gbnf", value), field
+    except ValueError as exc:
+        raise InvalidParameterError(f"llguidance cannot read the grammar: {exc}", field=field) from None
+
+
+class LLGuidanceSampler:
+    """A Python sampler (apply / accept / reset) whose candidates are those llguidance's matcher allows."""
+
+    def __init__(self, model: Any, grammar: str, field: str):
+        self.tokenizer = tokenizer_for(model)
+        self.n_vocab = model.n_vocab
+        self.field = field
+        self.matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
+        if self.matcher.is_error():
+            # llguidance names what it refused: an unsupported keyword, a bad pattern, a Lark error
+            raise InvalidParameterError(f"llguidance cannot take this {field}: {self.matcher.get_error()}",
+                                        field=field)
+        self.mask = llguidance.numpy.allocate_token_bitmask(1, self.n_vocab)
+
+    def apply(self, candidates: Any) -> None:
+        if self.matcher.is_error():
+            raise SamplingError(f"llguidance's matcher failed: {self.matcher.get_error()}")
+        llguidance.numpy.fill_next_token_bitmask(self.matcher, self.mask)
+        ids = candidates.ids
+        words = self.mask[0].view(np.uint32)
+        inside = ids < words.size * 32
+        allowed = np.zeros(ids.shape, dtype=bool)
+        safe = ids[inside]
+        allowed[inside] = (words[safe >> 5] >> (safe & 31).astype(np.uint32)) & 1 == 1
+        candidates.logits[~allowed] = -np.inf
+
+    def accept(self, token: int) -> None:
+        if not self.matcher.consume_token(token):
+            raise SamplingError(f"llguidance's {self.field} does not allow token {token}: "
+                                f"{self.matcher.get_error() or 'refused'}")
+
+    def reset(self) -> None:
+        self.matcher.reset()
+
+    def clone(self) -> LLGuidanceSampler:
+        twin = object.__new__(LLGuidanceSampler)
+        twin.tokenizer, twin.n_vocab, twin.field = self.tokenizer, self.n_vocab, self.field
+        twin.matcher = self.matcher.deep_copy()
+        twin.mask = self.mask.copy()
+        return twin
+
+
+def make_sampler(model: Any, json_schema: Any = None, lark: str | None = None,
+                 grammar: str | None = None) -> LLGuidanceSampler:
+    if model is None or not hasattr(model, "token_to_piece"):
+        raise InvalidParameterError("the llguidance sampler needs model= (the LlamaModel it samples for: "
+                                    "llama.model)", field="model")
+    text, field = grammar_of(json_schema, lark, grammar)
+    return LLGuidanceSampler(model, text, field)
