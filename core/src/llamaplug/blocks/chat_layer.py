@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import ChatTemplateError, InvalidParameterError, SamplingError
 from ..raw import ffi, lib
 from ._handle import NativeHandle
+from ._shim import call_shim, encode_json
 from .tool_choice import call_first
 
 # common_grammar_trigger_type
@@ -29,35 +30,11 @@ TRIGGER_TOKEN, TRIGGER_WORD, TRIGGER_PATTERN, TRIGGER_PATTERN_FULL = range(4)
 REASONING_FORMATS = ("none", "auto", "deepseek-legacy", "deepseek")
 
 
-def call_shim(fn: Any, *args: Any, error: type[Exception] = ChatTemplateError, what: str = "",
-              refused: type[Exception] = InvalidParameterError) -> Any:
-    """Run a shim function that returns a malloc'd JSON string (or a handle) and reports failures in *err:
-    a request llama.cpp refuses (its invalid_argument) is `refused`, any other failure `error`."""
-    err = ffi.new("char **")
-    out = fn(*args, err)
-    if err[0] != ffi.NULL:
-        message = ffi.string(err[0]).decode("utf-8", "replace")
-        lib.llamaplug_chat_string_free(err[0])
-        kind, message = message[:1], message[1:]
-        raise (refused if kind == "I" else error)(f"{what}{message}" if what else message)
-    return out
-
-
 def _json_out(ptr: Any) -> Any:
     try:
         return json.loads(ffi.string(ptr).decode("utf-8"))
     finally:
         lib.llamaplug_chat_string_free(ptr)
-
-
-def encode_json(value: Any, field: str) -> bytes:
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise InvalidParameterError(f"{field} is not JSON: {exc}", field=field) from None
-    except UnicodeEncodeError:
-        raise InvalidParameterError(f"{field} holds text that is not valid Unicode (a lone surrogate)",
-                                    field=field) from None
 
 
 def _text(value: str, field: str) -> bytes:

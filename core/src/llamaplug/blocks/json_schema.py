@@ -24,8 +24,8 @@ from typing import Any
 
 from ..errors import InvalidParameterError
 from ..raw import ffi, lib
+from ._shim import call_shim, encode_json
 from ._stderr import captured_stderr as _captured_stderr
-from .chat_layer import call_shim, encode_json
 
 _log = logging.getLogger("llamaplug.json_schema")
 
