@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +18,11 @@ import pytest
 
 from .servers import free_port
 from .settings import THREADS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A server a test starts keeps its Responses in $XDG_DATA_HOME: one folder for this run, not the user's.
+    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="llamaplug-data-")
 
 
 @pytest.fixture(scope="session")
