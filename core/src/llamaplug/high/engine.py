@@ -43,10 +43,10 @@ from collections.abc import Callable, Iterator
 
 from ..blocks.context import LlamaContext
 from ..errors import ClosedError, EngineError, InvalidParameterError
+from .disk_store import DiskStore, prompt_cache
 from .job import Job as Job  # its home was here
 from .logprobs import LogprobReader
 from .output import Emitter
-from .disk_store import DiskStore, prompt_cache
 from .runner import Runner
 from .scheduler import FIFO, AdmissionPolicy, Budget, StepPlan, schedule
 from .slot import Slot
