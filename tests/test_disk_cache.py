@@ -240,6 +240,7 @@ print("RESULT " + json.dumps(texts))
 """
 
 
+@pytest.mark.slow  # two children each load the model and read three prompts (193 s here at load 10: ~40 s alone)
 def test_two_processes_write_the_same_prefixes(smollm2_path, references, tmp_path):
     d = tmp_path / "cache"
     results: list = [None, None]

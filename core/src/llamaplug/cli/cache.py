@@ -7,14 +7,14 @@ import datetime
 import sys
 from pathlib import Path
 
-from ..high.disk_store import clear_files, list_files
-
 
 def _size(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
+    from ..high.disk_store import clear_files, list_files  # (numpy: not at the parser's import)
+
     directory = Path(args.dir)
     if not directory.is_dir():
         print(f"llamaplug cache: {directory} is not a directory", file=sys.stderr)
