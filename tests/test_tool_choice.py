@@ -143,7 +143,8 @@ def test_the_openai_route_gives_a_call(served, smollm2_path, native_tools):
 
 
 @pytest.mark.parametrize("choice,names", [({"type": "any"}, set(SCHEMAS)),
-                                          ({"type": "tool", "name": "get_time"}, {"get_time"})])
+                                          ({"type": "tool", "name": "get_time"}, {"get_time"}),
+                                          ({"type": "any", "disable_parallel_tool_use": True}, set(SCHEMAS))])
 def test_anthropic_tool_choice_gives_a_tool_use(served, choice, names):
     import anthropic
 
@@ -154,8 +155,9 @@ def test_anthropic_tool_choice_gives_a_tool_use(served, choice, names):
     out = client.messages.create(model="m", max_tokens=MAX_TOKENS, messages=ASK, tools=tools, tool_choice=choice)
     uses = [b for b in out.content if b.type == "tool_use"]
     print(f"Anthropic tool_choice {choice}: {[(u.name, u.input) for u in uses]}")
-    # The reply starts at a call. (disable_parallel_tool_use does not reach parallel_tool_calls yet: more calls
-    # may follow, the last cut by max_tokens.)
+    # The reply starts at a call; more calls may follow (the last cut by max_tokens) unless parallel use is off.
     assert out.content and out.content[0].type == "tool_use", out.content
+    if choice.get("disable_parallel_tool_use"):
+        assert len(uses) == 1 and out.stop_reason == "tool_use", out.content
     assert out.stop_reason in ("tool_use", "max_tokens")
     _check_calls([(u.name, json.dumps(u.input)) for u in uses[:1]], names)

@@ -58,8 +58,10 @@ async def messages(body: MessagesRequest, request: Request,
     llama = served.llama
     check_messages(request, body.messages, "messages", body.system)
     chat = as_chat_request(body)
+    one_call = getattr(body.tool_choice, "disable_parallel_tool_use", None)  # Anthropic's parallel_tool_calls
     options = served.chat_options(enable_thinking=body.enable_thinking(),
-                                  reasoning_budget_tokens=body.thinking_budget())
+                                  reasoning_budget_tokens=body.thinking_budget(),
+                                  **({"parallel_tool_calls": False} if one_call else {}))
     # an empty list is answered as llama-server does: a reply to the template's own prompt
     call = ChatCall(ChatSpec(chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
                              response_format=chat.response_format, **options),
