@@ -25,8 +25,8 @@ from . import events, saved_state
 from .chat import ChatCompletion, ChatCompletionChunk, ChatSpec
 from .chat_call import ChatCall, chat_results, start_chat
 from .completion import Completion, CompletionChunk
-from .embeddings import embed, rerank
 from .disk_store import open_disk_store
+from .embeddings import embed, rerank
 from .engine import Engine
 from .infill import check_text, infill_tokens
 from .requests import Samplers, collect, collect_many, completion_job, completion_jobs, samplers_for
