@@ -192,8 +192,9 @@ def test_core_and_cpu_install_from_a_local_index_and_generate(dist, dependencies
                               timeout=600, env=dict(clean, PIP_CONFIG_FILE=os.devnull), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     # uvloop and httptools too: the server extra's fast path, what the benchmarks measured
-    code = (f"import llamaplug as lp, fastapi, uvicorn, uvloop, httptools; llama = lp.Llama.load(lp.LlamaParams({str(smollm2_path)!r}, "
-            f"n_ctx=2048, n_threads={THREADS})); print(lp.__file__); "
+    code = ("import llamaplug as lp, fastapi, uvicorn, uvloop, httptools; "
+            f"llama = lp.Llama.load(lp.LlamaParams({str(smollm2_path)!r}, n_ctx=2048, n_threads={THREADS})); "
+            "print(lp.__file__); "
             "print(llama.create_completion('The capital of France is', 16).tokens)")
     done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300, env=clean,
                           cwd=tmp_path)
