@@ -439,12 +439,7 @@ class DiskStore:
 
     def _make_room(self, size: int) -> None:
         """Remove the least recently used files until `size` more bytes fit under the limit (lock held)."""
-        files = []
-        for item in os.scandir(self.dir):
-            if _NAME.fullmatch(item.name) or _TMP.fullmatch(item.name):
-                with contextlib.suppress(OSError):
-                    st = item.stat()
-                    files.append((st.st_mtime_ns, st.st_size, item.path, item.name))
+        files = _cache_files(self.dir)
         total = sum(f[1] for f in files)
         for _, n, path, fname in sorted(files):
             if total + size <= self.limit:
@@ -471,13 +466,22 @@ class DiskStore:
 
 def disk_usage(directory: str | os.PathLike[str]) -> int:
     """Bytes of cache files (and writes under way) in `directory`."""
-    total = 0
-    with contextlib.suppress(OSError):
-        for item in os.scandir(directory):
-            if _NAME.fullmatch(item.name) or _TMP.fullmatch(item.name):
-                with contextlib.suppress(OSError):
-                    total += item.stat().st_size
-    return total
+    try:
+        return sum(size for _, size, _, _ in _cache_files(directory))
+    except OSError:
+        return 0
+
+
+def _cache_files(directory: str | os.PathLike[str]) -> list[tuple[int, int, str, str]]:
+    """(mtime_ns, size, path, name) of each cache file and write under way in `directory` (one gone while listed
+    is left out); OSError where the directory cannot be listed."""
+    files = []
+    for item in os.scandir(directory):
+        if _NAME.fullmatch(item.name) or _TMP.fullmatch(item.name):
+            with contextlib.suppress(OSError):
+                st = item.stat()
+                files.append((st.st_mtime_ns, st.st_size, item.path, item.name))
+    return files
 
 
 def list_files(directory: str | os.PathLike[str]) -> list[tuple[Path, FileHead | str]]:
@@ -496,12 +500,10 @@ def list_files(directory: str | os.PathLike[str]) -> list[tuple[Path, FileHead |
 def clear_files(directory: str | os.PathLike[str]) -> tuple[int, int]:
     """Remove every cache file (and temporary file) in `directory`: (files, bytes) removed."""
     n = size = 0
-    for item in os.scandir(directory):
-        if _NAME.fullmatch(item.name) or _TMP.fullmatch(item.name):
-            with contextlib.suppress(OSError):
-                st = item.stat()
-                os.unlink(item.path)
-                n, size = n + 1, size + st.st_size
+    for _, bytes_, path, _ in _cache_files(directory):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            n, size = n + 1, size + bytes_
     return n, size
 
 
