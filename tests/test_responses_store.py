@@ -179,3 +179,16 @@ def test_the_message_bound_holds_for_the_whole_chain(oai, model):
     with pytest.raises(openai.BadRequestError) as refused:  # 3 + b's reply + 1 > --max-messages
         create(oai, model, input="More.", previous_response_id=b.id)
     assert refused.value.param == "input" and "--max-messages" in refused.value.message
+
+
+def test_the_size_cap_drops_the_oldest_responses_first(tmp_path):
+    from llamaplug.server.response_store import ResponseStore
+
+    store = ResponseStore(tmp_path / "capped.sqlite3", max_bytes=3000)
+    for n in range(10):  # ~1 KB each: only the newest fit under the cap
+        store.put("", {"id": f"resp_{n}", "text": "x" * 1000}, [])
+    kept = [n for n in range(10) if store.get("", f"resp_{n}") is not None]
+    assert kept and kept == list(range(10 - len(kept), 10)) and len(kept) <= 2
+    with sqlite3.connect(tmp_path / "capped.sqlite3") as db:
+        assert db.execute("SELECT total(size) FROM responses").fetchone()[0] <= 3000
+    store.close()
