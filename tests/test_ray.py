@@ -190,20 +190,27 @@ def _cluster():
 
 
 @pytest.fixture(scope="module")
-def ingress(cluster, smollm2_path):
+def ray_cache(tmp_path_factory):
+    """The replicas' shared prompt cache directory (serve --cache-dir): both run on this one machine."""
+    return tmp_path_factory.mktemp("ray-cache")
+
+
+@pytest.fixture(scope="module")
+def ingress(cluster, smollm2_path, ray_cache):
     """Two replicas of SmolLM2 (1 CPU: 1 thread each, SLOTS slots) behind the ingress; yields its port."""
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    _deploy(smollm2_path)
+    _deploy(smollm2_path, ray_cache)
     return port
 
 
-def _deploy(smollm2_path) -> None:
-    """The module's app: two replicas of SmolLM2 (the CLI test replaces it and puts it back)."""
+def _deploy(smollm2_path, cache_dir) -> None:
+    """The module's app: two replicas of SmolLM2 on one cache directory (the CLI test replaces it and puts it back)."""
     from llamaplug import LlamaParams
     from llamaplug.integrations.ray import build_app
 
-    serve.run(build_app(LlamaParams(smollm2_path, n_ctx=CTX, n_seq_max=SLOTS), num_replicas=2), name=APP)
+    params = LlamaParams(smollm2_path, n_ctx=CTX, n_seq_max=SLOTS, cache_dir=cache_dir)
+    serve.run(build_app(params, num_replicas=2), name=APP)
 
 
 @pytest.fixture(scope="module")
@@ -227,10 +234,14 @@ def _metrics(port: int, replica: str | None = None) -> dict[str, float]:
     return {k: float(v) for k, v in (line.split() for line in text.splitlines() if line and line[0] != "#")}
 
 
-def _post(port: int, path: str, body: dict, timeout: float = 120) -> tuple[int, dict, str | None]:
+def _post(port: int, path: str, body: dict, timeout: float = 120,
+          replica: str | None = None) -> tuple[int, dict, str | None]:
+    from llamaplug.integrations.ray import REPLICA_HEADER
+
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        pin = {REPLICA_HEADER: replica} if replica else {}
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json", **pin})
         resp = conn.getresponse()
         return resp.status, json.loads(resp.read()), resp.getheader("x-llamaplug-replica")
     finally:
@@ -308,6 +319,26 @@ def test_prompts_sharing_a_prefix_find_their_cache(ingress, plain):
     print(f"cached/prompt tokens: one engine {one:.3f}, two replicas with prefix routing {two:.3f}")
     assert one > 0.5  # the families share most of their prompts
     assert two >= 0.8 * one
+
+
+@pytest.mark.ray
+def test_replicas_on_one_machine_share_the_disk_cache(ingress, ray_cache):
+    """A long prompt one replica read is written to the shared directory; the other replica, asked the same prompt,
+    loads it from there instead of reading it (issue 46: replicas share `--cache-dir`)."""
+    first, second = _replicas(ingress)
+    prompt = "Harbour log. " + " ".join(f"Entry {i}: the boat number {i} came in at dawn." for i in range(60))
+    before = _metrics(ingress, second)
+    status, reply, answered = _post(ingress, "/v1/completions", {"prompt": prompt, "max_tokens": 1}, replica=first)
+    assert (status, answered) == (200, first) and reply["usage"]["prompt_tokens"] >= 600
+    deadline = time.monotonic() + 60
+    while not any(ray_cache.glob("*.kv")):  # written after a long prefill
+        assert time.monotonic() < deadline, "the first replica wrote no cache file"
+        time.sleep(0.2)
+    status, again, answered = _post(ingress, "/v1/completions", {"prompt": prompt, "max_tokens": 1}, replica=second)
+    after = _metrics(ingress, second)
+    assert (status, answered) == (200, second)
+    assert after["llamaplug_cache_disk_hits_total"] - before["llamaplug_cache_disk_hits_total"] >= 1
+    assert after["llamaplug_cached_tokens_total"] - before["llamaplug_cached_tokens_total"] >= 512
 
 
 @pytest.mark.ray
@@ -392,7 +423,7 @@ def test_a_killed_replica_costs_only_its_requests_and_comes_back(ingress):
 
 
 @pytest.mark.ray
-def test_llamaplug_serve_ray_deploys_on_a_cluster(cluster, ingress, plain, smollm2_path):
+def test_llamaplug_serve_ray_deploys_on_a_cluster(cluster, ingress, plain, smollm2_path, ray_cache):
     """The CLI on the running cluster: it replaces the app with its own (1 replica), served where Serve listens."""
     proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", "--ray", "--ray-address", cluster,
                              "--replicas", "1", "-m", str(smollm2_path), "-c", str(CTX), "-np", str(SLOTS),
@@ -418,5 +449,5 @@ def test_llamaplug_serve_ray_deploys_on_a_cluster(cluster, ingress, plain, smoll
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
-        _deploy(smollm2_path)  # the module's two replicas again, for the tests that run after this one
+        _deploy(smollm2_path, ray_cache)  # the module's two replicas again, for the tests that run after this one
     assert len(_replicas(ingress)) == 2

@@ -4,10 +4,12 @@ others)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
 from .options import chat_settings, draft_params, request_defaults
+from .run import model_path
 from .startup import started
 
 if TYPE_CHECKING:
@@ -43,11 +45,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               args.host)
     # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
     base: dict[str, object] = {"n_ctx": args.ctx_size, "n_seq_max": args.parallel, "cache_ram_mib": args.cache_ram,
-                               "log_level": native_log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed}
+                               "log_level": native_log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed,
+                               "structured_engine": args.structured_engine}
     if args.threads:
         base["n_threads"] = args.threads
     if args.cache_dir:
-        base.update(cache_dir=args.cache_dir, cache_disk_mib=args.cache_disk_mib)
+        # absolute: Ray replicas do not run in this directory
+        base.update(cache_dir=os.path.abspath(args.cache_dir), cache_disk_mib=args.cache_disk_mib)
     if args.rpc:
         base["rpc_servers"] = [e.strip() for given in args.rpc for e in given.split(",") if e.strip()]
     if args.n_batch:
@@ -55,8 +59,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.flash_attn:
         base["flash_attn_type"] = args.flash_attn
     base.update(draft_params(args))
-    files = args.model or ([] if args.models_dir else [default_model(args.catalog)])
+    given = (args.model or []) + (args.hf_repo or [])
+    files = [model_path(m) for m in given] or ([] if args.models_dir else [default_model(args.catalog)])
     aliases = args.alias or []
+    if not aliases and any(str(f) != g for f, g in zip(files, given)):  # a model given by name: clients use it
+        aliases = [g if str(f) != g else None for f, g in zip(files, given)]
     if len(files) == 1 and len(aliases) > 1:  # llama-server's one model: each -a adds names to it
         aliases = [",".join(aliases)]
     if len(aliases) > len(files):
