@@ -146,7 +146,7 @@ def test_info_lists_cpu_backend_with_variant():
 
 def test_cli_run_streams_default_model(llama):
     prompt = "The capital of France is"
-    r = subprocess.run([sys.executable, "-m", "llamaplug.cli", "run", "--temp", "0", "-n", "16", "-t", "2",
+    r = subprocess.run([sys.executable, "-m", "llamaplug.cli", "run", "--raw", "--temp", "0", "-n", "16", "-t", "2",
                         "-c", "2048", prompt], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     expected = llama.create_completion(prompt, max_tokens=16).text

@@ -271,7 +271,7 @@ def _quiet(err: bytes) -> None:
 
 
 def test_run_interrupted_mid_reply_leaves_without_a_traceback(smollm2_path):
-    proc = _cli_until_streaming("run", str(smollm2_path), NUMBERS, past=len(NUMBERS) + 20)
+    proc = _cli_until_streaming("run", "--raw", str(smollm2_path), NUMBERS, past=len(NUMBERS) + 20)
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)

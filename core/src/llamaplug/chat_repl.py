@@ -132,31 +132,42 @@ def repl(llama: Any, sampling: dict[str, Any], max_tokens: int | None = None, sy
             continue
         history.append({"role": "user", "content": text})
         messages = ([{"role": "system", "content": system}] if system else []) + history
-        reply = []
-        thinking = False  # the chat layer streams the thinking apart (delta.reasoning_content): shown dimmed
-        stream = llama.create_chat_completion(messages, max_tokens=max_tokens, stream=True, **sampling)
         try:
-            for chunk in stream:
-                delta = chunk.choices[0].delta if chunk.choices else None
-                if delta is not None and delta.reasoning_content:
-                    if not thinking:
-                        printer.write(OPEN)
-                        thinking = True
-                    printer.write(delta.reasoning_content)
-                piece = delta.content if delta is not None else None
-                if piece:
-                    if thinking:
-                        printer.write(CLOSE)
-                        thinking = False
-                    reply.append(piece)
-                    printer.write(piece)
+            reply = stream_reply(llama, messages, max_tokens, sampling, printer)
         except KeyboardInterrupt:
-            stream.close()  # cancels the generation: its slot is free at the engine's next step
             printer.finish()
             out.write("(stopped)\n")
             history.pop()  # the turn had no reply: ask again or go on
             continue
-        if thinking:
-            printer.write(CLOSE)
         printer.finish()
-        history.append({"role": "assistant", "content": "".join(reply)})
+        history.append({"role": "assistant", "content": reply})
+
+
+def stream_reply(llama: Any, messages: list[dict[str, str]], max_tokens: int | None, sampling: dict[str, Any],
+                 printer: ReasoningPrinter) -> str:
+    """Stream the reply to `messages` through `printer` (its thinking between <think> tags, dimmed on a
+    terminal); returns its content. Ctrl-C (KeyboardInterrupt) cancels the generation and is raised again."""
+    reply = []
+    thinking = False  # the chat layer streams the thinking apart (delta.reasoning_content): shown dimmed
+    stream = llama.create_chat_completion(messages, max_tokens=max_tokens, stream=True, **sampling)
+    try:
+        for chunk in stream:
+            delta = chunk.choices[0].delta if chunk.choices else None
+            if delta is not None and delta.reasoning_content:
+                if not thinking:
+                    printer.write(OPEN)
+                    thinking = True
+                printer.write(delta.reasoning_content)
+            piece = delta.content if delta is not None else None
+            if piece:
+                if thinking:
+                    printer.write(CLOSE)
+                    thinking = False
+                reply.append(piece)
+                printer.write(piece)
+    except KeyboardInterrupt:
+        stream.close()  # cancels the generation: its slot is free at the engine's next step
+        raise
+    if thinking:
+        printer.write(CLOSE)
+    return "".join(reply)

@@ -24,12 +24,11 @@ INSPECT_JSON = """--json prints one JSON document:
 
 
 def _file_or_catalog(model: str) -> str | Path:
-    """`model` as a file, or a catalog model's name (`llamaplug info` lists them) when no such file exists."""
-    from ..catalog import default_model, entries
+    """The file `model` names: a path, a catalog model's name (`llamaplug info` lists them) or a cached
+    org/repo[:TAG] (high/names.py, as every command reads a model's name; nothing is downloaded)."""
+    from ..high import names
 
-    if not Path(model).exists() and any(e.name == model for e in entries()):
-        return default_model(model)
-    return model
+    return names.resolve(model, download=False)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -2,8 +2,9 @@
 
 pull, list, show and rm work on the Hub's cache that the hub loader (high/hub.py) downloads into
 (HF_HUB_CACHE; `llamaplug run org/repo:TAG` and `serve -m org/repo:TAG` read the same files);
-a model is named "org/repo:TAG" (TAG: a quantization, as llama.cpp's -hf). ps asks a running
-`llamaplug serve` what it has loaded (its Ollama API, /api/ps).
+a model is named "org/repo:TAG" (TAG: a quantization, as llama.cpp's -hf). list shows the installed
+catalog models too, and show and rm take every name `run` and `inspect` take (high/names.py). ps asks
+a running `llamaplug serve` what it has loaded (its Ollama API, /api/ps).
 """
 
 from __future__ import annotations
@@ -17,16 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import HubError, InvalidParameterError, LlamaError
+from ..errors import InvalidParameterError, LlamaError
 
 
 def _ref(model: str) -> tuple[str, str | None]:
-    from ..high import hub
+    from ..high import names
 
-    bare = model.removesuffix(":latest")
-    for host in ("hf.co/", "huggingface.co/", "https://huggingface.co/"):
-        bare = bare.removeprefix(host)
-    ref = hub.parse_ref(bare)
+    ref = names.hub_ref(model)
     if ref is None:
         raise InvalidParameterError(f"{model!r} is not a Hugging Face model: give org/repo[:TAG]", field="model")
     return ref
@@ -76,11 +74,11 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from ..high import hub
+    from ..high import names
     from ..high.model_card import card
 
     rows = [("NAME", "SIZE", "QUANTIZATION", "MODIFIED")]
-    for m in hub.cached_models():
+    for m in names.runnable():
         try:
             quant = card(m.path).quantization
         except LlamaError as exc:  # a broken file is listed as such, not the end of the list
@@ -93,17 +91,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _find(model: str) -> Path:
-    """A GGUF path, or the cached file "org/repo[:TAG]" names (no download)."""
-    from ..high import hub
+    """The file `model` names, as `inspect` and `run` read names (high/names.py), never downloaded."""
+    from ..high import names
 
-    if Path(model).is_file():
-        return Path(model)
-    repo, tag = _ref(model)
-    found = [m for m in hub.cached_models() if m.repo_id == repo]
-    if not found:
-        raise HubError(f"{repo} is not in the Hub cache: `llamaplug pull {model}` first")
-    first = hub.pick([m.file for m in found], repo, tag=tag)[0]
-    return next(m.path for m in found if m.file == first)
+    return Path(names.resolve(model, download=False))
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -120,11 +111,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print("  Model")
     for key, value in rows:
         print(f"    {key:<20}{value}")
-    template = c.chat_template or ""
-    capabilities = ["completion"] + (["tools"] if "tools" in template else []) + \
-        (["insert"] if "tokenizer.ggml.fim_pre_token_id" in meta else [])
     print("\n  Capabilities")
-    for cap in capabilities:
+    for cap in c.capabilities():
         print(f"    {cap}")
     if isinstance(meta.get("general.license"), str):
         print(f"\n  License\n    {meta['general.license']}")
@@ -132,13 +120,31 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from ..high import hub
+    from ..high import hub, names
 
     for model in args.model:
-        repo, tag = _ref(model)
-        hub.remove_cached(repo, tag)
+        ref = names.hub_ref(model)
+        if ref is not None and not Path(model).exists() and not model.lower().endswith(".gguf"):
+            hub.remove_cached(*ref)
+        elif names.is_catalog_name(model) and not Path(model).exists():
+            from ..catalog import entries
+
+            entry = next(e for e in entries() if e.name == names.bare(model))
+            raise InvalidParameterError(f"{model!r} is a catalog model, installed by a Python package ({entry.install}"
+                                        "): remove that package to remove it", field="model")
+        else:
+            _remove_file(Path(names.resolve(model, download=False)))
         print(f"deleted '{model}'")
     return 0
+
+
+def _remove_file(path: Path) -> None:
+    """Delete a GGUF model file (every part of a split one); anything that does not read as a GGUF stays."""
+    from ..high.model_card import card, split_parts
+
+    card(path)  # ModelNotFoundError / InvalidModelError: not a model file, nothing deleted
+    for part in split_parts(path):
+        part.unlink()
 
 
 def server_url(host: str | None) -> str:
@@ -184,14 +190,15 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     pull.add_argument("model", help=where)
     pull.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pull.set_defaults(func=cmd_pull)
-    listing = sub.add_parser("list", aliases=["ls"], help="the GGUF models in the Hugging Face cache")
+    listing = sub.add_parser("list", aliases=["ls"], help="every model `run` takes by name: the installed catalog "
+                             "models and the GGUF models in the Hugging Face cache")
     listing.set_defaults(func=cmd_list)
     show = sub.add_parser("show", help="what a model is: architecture, parameters, quantization, ...")
-    show.add_argument("model", help=f"a GGUF file or a cached {where}")
+    show.add_argument("model", help=f"a GGUF file, a catalog name or a cached {where}")
     show.add_argument("--template", action="store_true", help="print its chat template only")
     show.set_defaults(func=cmd_show)
-    rm = sub.add_parser("rm", help="delete models from the Hugging Face cache")
-    rm.add_argument("model", nargs="+", help=f"{where}; without a TAG the whole repository")
+    rm = sub.add_parser("rm", help="delete models: from the Hugging Face cache, or a GGUF file")
+    rm.add_argument("model", nargs="+", help=f"{where} (without a TAG the whole repository), or a GGUF file")
     rm.set_defaults(func=cmd_rm)
     ps = sub.add_parser("ps", help="the models a running `llamaplug serve` has loaded")
     ps.add_argument("--host", help="its address (default: LLAMAPLUG_HOST, OLLAMA_HOST or 127.0.0.1:8080)")

@@ -131,14 +131,22 @@ def parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="versions, backend plugins with probe verdicts, devices, models")
     info.add_argument("--mmproj", help="a multimodal projector GGUF: say whether it takes images and audio")
     info.set_defaults(func=cmd_info)
-    run = sub.add_parser("run", help="stream a completion")
-    run.add_argument("prompt", nargs="+", metavar="[MODEL] PROMPT",
-                     help='MODEL: a GGUF file or a Hugging Face repo "org/repo[:TAG]" (TAG: Q4_K_M, Q8_0, ...; '
-                          'pip install "llamaplug[hub]")')
-    run.add_argument("-m", "--model", help="GGUF file or org/repo[:TAG] (default: the first installed catalog "
-                                           "model)")
+    run = sub.add_parser("run", help="reply to a prompt, or chat, as `ollama run` (--raw: stream a completion)",
+                         description="As `ollama run`: MODEL PROMPT replies to the prompt through the model's chat "
+                                     "template; MODEL alone opens a conversation (stdin, when piped, is the prompt); "
+                                     "PROMPT alone uses -m or the default model. --raw, or a model without a chat "
+                                     "template: the prompt and its completion.")
+    run.add_argument("prompt", nargs="*", metavar="[MODEL] [PROMPT]",
+                     help='MODEL: a GGUF file, a catalog name (`llamaplug list`) or a Hugging Face repo '
+                          '"org/repo[:TAG]" (TAG: Q4_K_M, Q8_0, ...; from its cache, else downloaded)')
+    run.add_argument("-m", "--model", help="the same as MODEL (default: the first installed catalog model)")
+    run.add_argument("-hf", "-hfr", "--hf-repo", dest="hf_repo", metavar="ORG/REPO[:TAG]",
+                     help="a Hugging Face model, as llama.cpp's -hf")
     run.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
-    run.add_argument("-n", "--n-predict", type=int, default=64)
+    run.add_argument("--raw", action="store_true", help="a completion of PROMPT as it is, no chat template")
+    run.add_argument("--system", help="a system prompt (a chat)")
+    run.add_argument("-n", "--n-predict", type=int, help="the most tokens to generate (default: a reply until its "
+                                                          "end of turn; --raw: 64)")
     run.add_argument("-c", "--ctx-size", type=int, default=0, help="0 = the model's training context")
     run.add_argument("-t", "--threads", type=int)
     _add_sampling_arguments(run)
@@ -197,8 +205,11 @@ def parser() -> argparse.ArgumentParser:
     rpc.add_argument("-t", "--threads", type=int, default=0)
     rpc.set_defaults(func=cmd_rpc_server)
     serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (pip install \"llamaplug[server]\")")
-    serve.add_argument("-m", "--model", action="append", help="GGUF file (default: the first installed catalog "
-                       "model); repeat it to serve several, each loaded when first asked for")
+    serve.add_argument("-m", "--model", action="append", help="GGUF file, catalog name or org/repo[:TAG] (default: the "
+                       "first installed catalog model); repeat it to serve several, each loaded when first asked for")
+    serve.add_argument("-hf", "-hfr", "--hf-repo", dest="hf_repo", action="append", metavar="ORG/REPO[:TAG]",
+                       help="a Hugging Face model (from its cache, else downloaded), as llama.cpp's -hf; one more "
+                            "model as another -m")
     serve.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
     serve.add_argument("-a", "--alias", action="append", help="the model id clients use for the -m before it "
                        "(default: the file name); comma-separated: its other names too, the first (sorted) the id, as "

@@ -1,36 +1,70 @@
-"""`llamaplug run` (a completion streamed) and `llamaplug chat` (a conversation in the terminal)."""
+"""`llamaplug run` (as `ollama run`: a reply to one prompt, or a conversation; `--raw` or a model without a chat
+template: a completion streamed) and `llamaplug chat` (a conversation in the terminal)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .options import draft_params
 
+if TYPE_CHECKING:
+    from ..high.llama import Llama
+    from ..params import SamplerParams
+
 
 def model_path(model: str) -> str | Path:
-    """A GGUF path, or "org/repo[:TAG]" (not an existing path): that Hub model, downloaded (or cached)."""
-    from ..high import hub
+    """The file a model's name names (high/names.py: a path, a catalog name, "org/repo[:TAG]" from the Hub
+    cache or downloaded)."""
+    from ..high import names
 
-    ref = hub.parse_ref(model)
-    if ref is None or model.lower().endswith(".gguf") or Path(model).exists():
-        return model
-    return hub.download(ref[0], tag=ref[1])
+    return names.resolve(model)
+
+
+def _names_a_model(text: str) -> bool:
+    """Whether `run`'s one word names a model (`llamaplug run MODEL`: a chat) rather than being a prompt."""
+    from ..high import names
+
+    if Path(text).is_file() or text.lower().endswith(".gguf"):
+        return True
+    return names.hub_ref(text) is not None or names.is_catalog_name(text)
+
+
+def run_model_and_prompt(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """(MODEL or None: the default, PROMPT or None: a conversation) from `run`'s words, as `ollama run` reads
+    them: MODEL PROMPT, MODEL alone, or PROMPT alone (then MODEL is -m, -hf, --catalog or the default)."""
+    from ..errors import InvalidParameterError
+
+    words = list(args.prompt)
+    given = [m for m in (args.model, args.hf_repo) if m]
+    if len(given) > 1:
+        raise InvalidParameterError("give -m MODEL or -hf org/repo[:TAG], not both", field="model")
+    if len(words) > 2 or (len(words) == 2 and given):
+        raise InvalidParameterError("`llamaplug run` takes [MODEL] [PROMPT] (or -m MODEL PROMPT); quote the prompt",
+                                    field="prompt")
+    if len(words) == 2:
+        return words[0], words[1]
+    if len(words) == 1 and not given and _names_a_model(words[0]):
+        return words[0], None
+    return (given[0] if given else None), (words[0] if words else None)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..blocks.sampling import SamplerChain
     from ..catalog import default_model
     from ..errors import InvalidParameterError
     from ..high.llama import Llama
     from ..params import LlamaParams, SamplerParams
 
-    if len(args.prompt) > 2 or (len(args.prompt) == 2 and args.model):
-        raise InvalidParameterError("`llamaplug run` takes [MODEL] PROMPT (or -m MODEL PROMPT); quote the prompt",
-                                    field="prompt")
-    model = args.prompt[0] if len(args.prompt) == 2 else args.model
-    args.prompt = args.prompt[-1]
+    model, prompt = run_model_and_prompt(args)
+    if prompt is None and not sys.stdin.isatty():  # `echo hi | llamaplug run MODEL`: stdin is the prompt, as Ollama
+        prompt = sys.stdin.read()
+        if not prompt.strip():
+            raise InvalidParameterError("no prompt: stdin was empty (give PROMPT, or run it in a terminal to chat)",
+                                        field="prompt")
+    if prompt is None and args.raw:
+        raise InvalidParameterError("--raw takes a PROMPT (a completion of it)", field="raw")
     path = model_path(model) if model else default_model(args.catalog)
     extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
     if args.devices:
@@ -39,12 +73,37 @@ def cmd_run(args: argparse.Namespace) -> int:
                                    n_gpu_layers=args.n_gpu_layers, **extra, **draft_params(args)))
     sampling = SamplerParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                              penalty_repeat=args.repeat_penalty, seed=args.seed)
-    sys.stdout.write(args.prompt)
-    final = None
     # closed on the way out, Ctrl-C too: the engine's thread stops before the interpreter does
-    with llama, SamplerChain.from_params(sampling) as sampler:
-        for chunk in llama.create_completion(args.prompt, max_tokens=args.n_predict, sampler=sampler,
-                                             stop=args.stop, stream=True):
+    with llama:
+        if args.raw or llama.model.chat_template is None:
+            return _complete(llama, prompt or "", sampling, args)
+        limit = None if args.n_predict is None or args.n_predict < 0 else args.n_predict
+        chat_sampling = {"sampler": sampling, "stop": args.stop or None}
+        if prompt is None:  # `ollama run MODEL`: a conversation
+            from ..chat_repl import repl
+
+            return repl(llama, chat_sampling, limit, args.system)
+        from ..chat_repl import ReasoningPrinter, stream_reply
+
+        printer = ReasoningPrinter(sys.stdout, dim=sys.stdout.isatty())
+        messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
+            [{"role": "user", "content": prompt}]
+        try:
+            stream_reply(llama, messages, limit, chat_sampling, printer)
+        finally:
+            printer.finish()
+    return 0
+
+
+def _complete(llama: Llama, prompt: str, sampling: SamplerParams, args: argparse.Namespace) -> int:
+    """`run --raw` (and a model without a chat template): the prompt and its continuation, streamed."""
+    from ..blocks.sampling import SamplerChain
+
+    sys.stdout.write(prompt)
+    final = None
+    with SamplerChain.from_params(sampling) as sampler:
+        for chunk in llama.create_completion(prompt, max_tokens=64 if args.n_predict is None else args.n_predict,
+                                             sampler=sampler, stop=args.stop, stream=True):
             sys.stdout.write(chunk.text)
             sys.stdout.flush()
             final = chunk
@@ -63,7 +122,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from ..chat_repl import repl
     from ..high.llama import Llama
 
-    path = model_path(args.model_arg or args.model) if (args.model_arg or args.model) else default_model(args.catalog)
+    model = args.model_arg or args.model or getattr(args, "hf_repo", None)
+    path = model_path(model) if model else default_model(args.catalog)
     extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
     with Llama.load(path, n_ctx=args.ctx_size, log_level=args.log, n_gpu_layers=args.n_gpu_layers, **extra) as llama:
         sampling = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,

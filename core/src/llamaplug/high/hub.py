@@ -61,16 +61,22 @@ def cached_files(repo_id: str, revision: str | None = None, cache_dir: str | os.
                  ) -> list[str] | None:
     """The files of `repo_id` at `revision` (a branch, tag or commit) in the local hub cache, or None if that
     revision is not cached."""
+    snapshot = cached_snapshot(repo_id, revision, cache_dir)
+    if snapshot is None:
+        return None
+    return sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
+
+
+def cached_snapshot(repo_id: str, revision: str | None = None, cache_dir: str | os.PathLike[str] | None = None
+                    ) -> Path | None:
+    """The folder of `repo_id` at `revision` (default main) in the local hub cache, or None if not cached."""
     hub = _hub()
-    root = Path(cache_dir if cache_dir is not None else hub.constants.HF_HUB_CACHE)
-    repo = root / ("models--" + repo_id.replace("/", "--"))
+    repo = _repo_folder(hub, repo_id, cache_dir)
     rev = revision or "main"
     ref = repo / "refs" / rev
     commit = ref.read_text().strip() if ref.is_file() else rev
     snapshot = repo / "snapshots" / commit
-    if not snapshot.is_dir():
-        return None
-    return sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
+    return snapshot if snapshot.is_dir() else None
 
 
 def repo_files(repo_id: str, revision: str | None = None, cache_dir: str | os.PathLike[str] | None = None,
@@ -80,6 +86,7 @@ def repo_files(repo_id: str, revision: str | None = None, cache_dir: str | os.Pa
     hub = _hub()
     errors = hub.errors
     where = f"{repo_id}" + (f"@{revision}" if revision else "")
+    unreachable = None
     if not _offline(hub):
         try:
             info = hub.HfApi(endpoint=endpoint).model_info(repo_id, revision=revision)
@@ -92,13 +99,28 @@ def repo_files(repo_id: str, revision: str | None = None, cache_dir: str | os.Pa
             raise HubError(f"{where}: no such repository on the Hugging Face Hub (or it is private or gated: "
                            f"log in with `hf auth login` or set HF_TOKEN)") from None
         except (errors.HfHubHTTPError, OSError) as exc:  # no network, a proxy, a 5xx: as llama.cpp, try the cache
-            log.warning("cannot list %s on the Hub (%s): using the local cache", where, exc)
+            unreachable = reason(exc, endpoint or hub.constants.ENDPOINT)
     files = cached_files(repo_id, revision, cache_dir)
     if files is None:
-        why = "offline (HF_HUB_OFFLINE=1)" if _offline(hub) else "the Hub could not be reached"
+        why = "offline (HF_HUB_OFFLINE=1)" if _offline(hub) else f"the Hub could not be reached ({unreachable})"
         raise HubError(f"{where}: {why} and this revision is not in the local cache "
                        f"({cache_dir or hub.constants.HF_HUB_CACHE})")
+    if unreachable is not None:
+        log.warning("cannot list %s on the Hub (%s): using the local cache", where, unreachable)
     return files
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^\"')\\]+)")
+
+
+def reason(exc: BaseException, endpoint: str) -> str:
+    """Why the Hub could not be reached, in a few words: the socket's own reason ("Connection refused", "Name or
+    service not known") rather than urllib3's MaxRetryError with its pool, URL and request id."""
+    found = _ERRNO.search(str(exc))
+    if found is not None:
+        return f"{endpoint}: {found[1].strip()}"
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{endpoint}: {first[:200]}"
 
 
 def _is_model(path: str) -> bool:
@@ -213,7 +235,8 @@ def download(repo_id: str, filename: str | None = None, *, tag: str | None = Non
             raise HubError(f"{repo_id}: {part} is not in the local cache and the Hub cannot be used "
                            f"(offline, or unreachable)") from None
         except (errors.HfHubHTTPError, OSError) as exc:
-            raise HubError(f"{repo_id}: downloading {part} failed: {exc}") from None
+            raise HubError(f"{repo_id}: downloading {part} failed: {reason(exc, endpoint or hub.constants.ENDPOINT)}"
+                           ) from None
     return paths[0]
 
 

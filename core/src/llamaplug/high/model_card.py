@@ -45,6 +45,24 @@ class ModelCard:
     def chat_template(self) -> str | None:
         return self.info.chat_templates().get("default")
 
+    def capabilities(self, multimodal: bool = False) -> list[str]:
+        """What the model can do, in Ollama's words and by its rules (server/images.go, Model.Capabilities): a
+        model with a pooling type embeds, any other completes; tools, thinking from its chat template; insert
+        from its fill-in-the-middle tokens (a GGUF's, where Ollama reads its own template's `.Suffix`); vision
+        with a projector (`multimodal`) or a vision tower in the file."""
+        keys = self.info.metadata
+        template = self.chat_template or ""
+        found = ["embedding" if f"{self.family}.pooling_type" in keys else "completion"]
+        if "tools" in template:
+            found.append("tools")
+        if "tokenizer.ggml.fim_pre_token_id" in keys and "tokenizer.ggml.fim_suf_token_id" in keys:
+            found.append("insert")
+        if multimodal or any(k.startswith(f"{self.family}.vision.") for k in keys):
+            found.append("vision")
+        if any(word in template for word in ("<think>", "enable_thinking", "reasoning_content", "thinking")):
+            found.append("thinking")
+        return found
+
     def metadata(self, arrays: bool = False) -> dict[str, Any]:
         """The GGUF's key/values as plain JSON values; an array is [] unless `arrays` (Ollama's show, not verbose)."""
         out: dict[str, Any] = {}
