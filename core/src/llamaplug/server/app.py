@@ -6,8 +6,8 @@ model 404, a failed decode or backend 500, a closed server or a full queue 503 (
 that goes away mid-request (streamed or not) cancels its request: its slot is free at the engine's next step.
 
 The app is put together here: the middlewares (middleware.py: request counters, CORS, API key, JSON bodies),
-the error dialect of each API family (dialects.py), and one router per resource (routes/), each route
-finding its model through one dependency (deps.py) over app.state.models, the
+the error dialect of each API family (dialects.py), and the routers of each family's package (routers.py), each
+route finding its model through one dependency (deps.py) over app.state.models, the
 registry that loads and unloads models (registry.py).
 """
 
@@ -27,7 +27,7 @@ from .metrics import Metrics
 from .middleware import CorsGuard, Counted, JsonBody, KeyGuard
 from .registry import ModelRegistry, Served
 from .response_store import ResponseStore
-from .routes import ROUTERS
+from .routers import ROUTERS
 
 # bytes (serve's --max-body-mib): a long prompt or an image or two in base64. JSON parsing and the body's
 # checks hold the event loop ~25 ms a MiB, and tokenizing a prompt takes ~25 MiB of memory a MiB of text.

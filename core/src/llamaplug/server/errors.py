@@ -30,7 +30,7 @@ from .api_error import (
     status_of,
 )
 from .error_docs import error_responses
-from .schemas import ErrorBody
+from .openai.schemas import ErrorBody
 
 __all__ = ["ERROR_RESPONSES", "STATUS_BY_CLASS", "ApiError", "BadRequestError", "ClientGoneError", "ForbiddenError",
            "NotFoundError", "NotSupportedError", "ServerFaultError", "UnavailableError", "as_api_error",

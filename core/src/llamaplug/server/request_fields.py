@@ -15,7 +15,7 @@ from ..high.engine import Job
 from .errors import BadRequestError
 
 if TYPE_CHECKING:
-    from .schemas import LogitBias
+    from .openai.schemas import LogitBias
 
 def logit_bias(model: Any, given: LogitBias | None) -> dict[int, float]:
     """token id -> bias, as llama-server's schema reads it: a text key is its tokens (each biased), false is

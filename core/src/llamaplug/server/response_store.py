@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from .api_error import BadRequestError, ServerFaultError
-from .responses_schemas import InputItem, MessageItem, ResponsesRequest
+from .responses.schemas import InputItem, MessageItem, ResponsesRequest
 
 DEFAULT_MAX_AGE = 30 * 86400.0  # seconds: OpenAI keeps a stored response 30 days
 DEFAULT_MAX_BYTES = 256 * 2**20  # of the rows' JSON: ~ a few thousand long conversations

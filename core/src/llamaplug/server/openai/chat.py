@@ -25,10 +25,9 @@ from ..errors import ERROR_RESPONSES, BadRequestError
 from ..registry import Served
 from ..request_fields import grammar_text, logit_bias, progress, token_entry
 from ..request_limits import check_messages
-from ..schemas import ChatReply, ChatRequest, InputTokens
+from ..shared import chat_prompt_tokens, generation_settings, so_far, timings, verbose_result
 from ..streaming import off_loop, sse, unless_gone
-from .messages import prompt_tokens
-from .native import generation_settings, so_far, timings, verbose_result
+from .schemas import ChatReply, ChatRequest, InputTokens
 
 router = OPENAI.router()
 
@@ -161,7 +160,7 @@ async def input_tokens(body: ChatRequest, request: Request,
                        served: Annotated[Served, Depends(served_model(ChatRequest))]) -> InputTokens:
     """llama-server's count of the prompt a request would have (no generation, no context check)."""
     check_messages(request, body.messages, "messages")
-    return InputTokens(input_tokens=await off_loop(lambda: prompt_tokens(served, body), request))
+    return InputTokens(input_tokens=await off_loop(lambda: chat_prompt_tokens(served, body), request))
 
 
 # llama-server's spellings without /v1 (one operation each in the OpenAPI document).

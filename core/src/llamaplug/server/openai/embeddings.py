@@ -15,11 +15,11 @@ from fastapi import Depends, Request
 from ..deps import served_model
 from ..dialects import NATIVE, OPENAI
 from ..errors import ERROR_RESPONSES, BadRequestError
-from ..native_schemas import NativeEmbeddingRequest
+from ..native.schemas import NativeEmbeddingRequest
 from ..registry import Served
 from ..request_limits import check_inputs
-from ..schemas import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 from ..streaming import off_loop
+from .schemas import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage
 
 router = OPENAI.router()
 native_router = NATIVE.router()  # llama-server's own spellings: its error shape

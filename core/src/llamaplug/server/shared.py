@@ -1,12 +1,12 @@
-"""POST /completion (and /completions): llama-server's own completion API, its request fields and response shape.
+"""What several API families' routes share: llama-server's result shapes and its completion run, and a chat's
+prompt count.
 
-The prompt is text (special tokens parsed, as llama-server), token ids, both mixed, or a
-list of such prompts (then a list of results). The response has llama-server's keys:
-content, tokens, stop, stop_type, stopping_word, tokens_predicted, tokens_evaluated,
-tokens_cached, timings, generation_settings, ... A stream is llama-server's: one
-`data:` event per piece, the last with every key, and no [DONE].
+llama-server's result, `timings` and `generation_settings` objects are /completion's and /infill's answers, and
+OpenAI's chat and completions put them in a reply's `__verbose`, `timings` (timings_per_token) and
+`generation_settings`; Responses streams read a running job's timings with `so_far`. The chat prompt count answers
+all three `input_tokens` routes (OpenAI's, Anthropic's count_tokens, Responses').
 
-`id_slot` in the response is -1: the engine picks the slot and does not say which.
+A route module imports this, never another route module (a family's own shared pieces live in its package).
 """
 
 from __future__ import annotations
@@ -14,42 +14,28 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, Request
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from ...errors import LlamaError
-from ...high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob
-from ...high.engine import Job
-from ...high.events import agather, astream
-from ...high.requests import collect_many, completion_jobs
-from ...params import SamplerParams
-from ..deps import served_model
-from ..dialects import NATIVE
-from ..errors import ERROR_RESPONSES, BadRequestError
-from ..native_schemas import NativeCompletionRequest
-from ..registry import Served
-from ..request_fields import grammar_text, logit_bias, token_entry
-from ..streaming import off_loop, unless_gone
-
-router = NATIVE.router()
+from ..errors import LlamaError
+from ..high.chat import ChatSpec
+from ..high.chat_call import ChatCall, ChatRun
+from ..high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob
+from ..high.engine import Job
+from ..high.events import agather, astream
+from ..high.requests import collect_many, completion_jobs
+from ..params import SamplerParams
+from .dialects import NATIVE
+from .native.schemas import NativeCompletionRequest
+from .openai.schemas import ChatRequest
+from .registry import Served
+from .request_fields import grammar_text, logit_bias, token_entry
+from .streaming import off_loop, unless_gone
 
 _STOP_TYPES = {StopReason.EOS: "eos", StopReason.MAX_TOKENS: "limit", StopReason.CONTEXT_FULL: "limit",
                StopReason.STOP_SEQUENCE: "word", StopReason.CANCELLED: "none"}
-
-
-@router.post("/completion", responses=ERROR_RESPONSES)
-async def completion(body: NativeCompletionRequest, request: Request,
-                     served: Annotated[Served, Depends(served_model(NativeCompletionRequest))]) -> Any:
-    prompts = await off_loop(lambda: [prompt_tokens(served, p) for p in split_prompts(body.prompt)], request)
-    texts = [p if isinstance(p, str) else "" for p in split_prompts(body.prompt)]
-    return await run(request, served, body, prompts, texts)
-
-
-# llama-server's other spelling of the same route (not OpenAI's /v1/completions); one operation in the document.
-router.add_api_route("/completions", completion, methods=["POST"], include_in_schema=False,
-                     responses=ERROR_RESPONSES)
 
 
 async def run(request: Request, served: Served, body: NativeCompletionRequest, prompts: list[list[int]],
@@ -76,41 +62,6 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     results = [result(served, i, c, texts[i], settings, body.stop or [], body.return_tokens, body.post_sampling_probs)
                for i, c in enumerate(done)]
     return results[0] if len(results) == 1 else results
-
-
-def split_prompts(prompt: Any) -> list[Any]:
-    """llama-server's prompt forms as a list of prompts: a list of texts or of id lists is several, else one."""
-    if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
-        return prompt
-    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt):
-        return prompt
-    if isinstance(prompt, list) and any(isinstance(p, list) for p in prompt):
-        if not all(isinstance(p, (str, list)) for p in prompt):
-            raise BadRequestError('"prompt" elements must be a string, a list of tokens, a JSON object containing a '
-                                  "prompt string, or a list of mixed strings & tokens.", param="prompt")
-        return prompt
-    return [prompt]
-
-
-def prompt_tokens(served: Served, prompt: str | list[int | str]) -> list[int]:
-    """One prompt's tokens (text tokenized with special tokens, as llama-server), refused if it outgrows a slot."""
-    model = served.llama.model
-    pieces = [prompt] if isinstance(prompt, str) else prompt
-    tokens: list[int] = []
-    for i, piece in enumerate(pieces):
-        if isinstance(piece, str):
-            tokens += model.tokenize(piece, i == 0, True)
-        else:
-            tokens.append(piece)
-    if not tokens:
-        raise BadRequestError("the prompt has no tokens", param="prompt")
-    room = served.llama.engine.n_ctx_seq
-    if len(tokens) >= room:
-        raise BadRequestError(f"request ({len(tokens)} tokens) exceeds the available context size ({room} "
-                              "tokens), try increasing it", param="prompt",
-                              native={"type": "exceed_context_size_error", "n_prompt_tokens": len(tokens),
-                                      "n_ctx": room})
-    return tokens
 
 
 def result(served: Served, index: int, done: Completion, prompt: str, settings: dict[str, Any],
@@ -216,3 +167,10 @@ async def _events(served: Served, jobs: list[Job], texts: list[str], settings: d
 
 def _event(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload)}\n\n"
+
+
+def chat_prompt_tokens(served: Served, chat: ChatRequest) -> int:
+    """How many tokens `chat`'s messages (and tools) are, rendered by the model's chat template (ChatRun's count,
+    with the server's chat defaults)."""
+    spec = ChatSpec(chat.messages, tools=chat.tools, tool_choice=chat.tool_choice, **served.chat_options())
+    return ChatRun(served.llama, ChatCall(spec, allow_empty=True)).prompt_tokens()

@@ -32,8 +32,8 @@ from ...high.chat_template import ChatTemplate
 from ..deps import queried_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, BadRequestError, NotSupportedError, ServerFaultError
-from ..native_schemas import SlotFile
 from ..registry import Served
+from .schemas import SlotFile
 
 router = NATIVE.router()
 log = logging.getLogger("llamaplug.server.slots")

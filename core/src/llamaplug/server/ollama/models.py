@@ -16,8 +16,6 @@ of its names (unloading it): files are never deleted from here (`llamaplug rm` d
 from __future__ import annotations
 
 import asyncio
-import datetime
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -30,12 +28,13 @@ from ... import __version__
 from ...errors import LlamaError
 from ...high import hub
 from ...high.model_card import ModelCard, card
-from ..api_error import BadRequestError, ModelNotServedError, ServerFaultError
+from ..api_error import BadRequestError, ServerFaultError
 from ..deps import models as served_models
 from ..dialects import OLLAMA
-from ..errors import ApiError, as_api_error
-from ..ollama_schemas import CopyRequest, ModelName, PullRequest
+from ..errors import ApiError
 from ..registry import ModelRegistry, ModelSpec
+from .common import ERRORS, iso, ndjson, resolve
+from .schemas import CopyRequest, ModelName, PullRequest
 
 # The Ollama release whose API this mirrors (its api/types.go and docs/api.md): what /api/version says, since
 # clients compare it with the Ollama versions that added what they use.
@@ -46,34 +45,13 @@ _NEVER = "9999-12-31T23:59:59Z"  # /api/ps's expires_at of a model no timer unlo
 OllamaRoute = OLLAMA.route_class  # a route whose errors, a body that does not fit included, are Ollama's
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"description": '{"error": "..."}'} for code in (400, 401, 404, 503)}
 router = OLLAMA.router()
 log = logging.getLogger("llamaplug.server.ollama")
-
-
-def resolve(registry: ModelRegistry, name: str) -> str:
-    """The served id that an Ollama client's `name` names; Ollama's 404 if none."""
-    base = name.removesuffix(":latest")
-    for candidate in dict.fromkeys((name, base, base + ".gguf")):
-        try:
-            return registry.describe(candidate)[0]
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-    raise ModelNotServedError(f"model '{name}' not found", param="model")
 
 
 def listed(name: str) -> str:
     """A name as Ollama lists it: with a tag."""
     return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
-
-
-def iso(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def now() -> str:
-    return iso(time.time())
 
 
 async def model_card(registry: ModelRegistry, ident: str) -> ModelCard:
@@ -253,11 +231,3 @@ async def _pulling(registry: ModelRegistry, repo: str, tag: str | None, name: st
         base = registry.params(registry.names()[0])
         registry.add(ModelSpec(name, base.model_copy(update={"model_path": path, "mmproj_path": None})))
     yield {"status": "success"}
-
-
-async def ndjson(lines: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
-    try:
-        async for line in lines:
-            yield json.dumps(line, ensure_ascii=False) + "\n"
-    except (LlamaError, ApiError) as exc:  # the status line is sent: the error is the last line
-        yield json.dumps({"error": str(as_api_error(exc))}, ensure_ascii=False) + "\n"

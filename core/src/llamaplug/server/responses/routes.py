@@ -28,11 +28,14 @@ from ...high.tool_calls import ToolCall
 from ..deps import served_model, token_limit
 from ..dialects import RESPONSES, named_event
 from ..errors import ERROR_RESPONSES, BadRequestError, NotFoundError
+from ..openai.schemas import ChatRequest, InputTokens
 from ..registry import Served
 from ..request_fields import progress
 from ..request_limits import check_messages
 from ..response_store import Kept, chained
-from ..responses_schemas import (
+from ..shared import chat_prompt_tokens, so_far, timings
+from ..streaming import named_sse, off_loop, unless_gone
+from .schemas import (
     DeletedResponse,
     FunctionCallItem,
     FunctionCallOut,
@@ -49,10 +52,6 @@ from ..responses_schemas import (
     ResponsesRequest,
     ResponseUsage,
 )
-from ..schemas import ChatRequest, InputTokens
-from ..streaming import named_sse, off_loop, unless_gone
-from .messages import prompt_tokens
-from .native import so_far, timings
 
 router = RESPONSES.router()
 
@@ -101,7 +100,7 @@ async def input_tokens(body: ResponsesRequest, request: Request,
     body, _ = chained(request.app.state.responses, _owner(request), body)
     check_messages(request, body.input if isinstance(body.input, list) else [body.input], "input", body.instructions)
     chat = as_chat_request(body)
-    return InputTokens(input_tokens=await off_loop(lambda: prompt_tokens(served, chat), request))
+    return InputTokens(input_tokens=await off_loop(lambda: chat_prompt_tokens(served, chat), request))
 
 
 # llama-server's spelling without /v1 (one operation in the OpenAPI document).

@@ -35,7 +35,11 @@ from ...high.requests import collect, completion_job
 from ..deps import models, token_limit
 from ..dialects import OLLAMA
 from ..errors import BadRequestError
-from ..ollama_schemas import (
+from ..registry import ModelRegistry, Served, parse_keep_alive
+from ..request_limits import check_inputs, check_messages
+from ..streaming import off_loop, unless_gone
+from .common import ERRORS, ndjson, now, resolve
+from .schemas import (
     ChatRequest,
     EmbeddingsRequest,
     EmbedRequest,
@@ -44,10 +48,6 @@ from ..ollama_schemas import (
     Sampling,
     response_format,
 )
-from ..registry import ModelRegistry, Served, parse_keep_alive
-from ..request_limits import check_inputs, check_messages
-from ..streaming import off_loop, unless_gone
-from .ollama_models import ERRORS, ndjson, now, resolve
 
 router = OLLAMA.router()
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from fastapi import Request
 from fastapi.responses import FileResponse, Response
 
-from ..dialects import OPENAI
-from ..errors import NotFoundError
+from .dialects import OPENAI
+from .errors import NotFoundError
 
 router = OPENAI.router()
 
-STATIC = Path(__file__).resolve().parent.parent / "static"
+STATIC = Path(__file__).resolve().parent / "static"
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8"}
 _NAME = re.compile(r"[A-Za-z0-9_-]+\.(html|js|css)")  # one level, no dots but the extension's: no way out of STATIC

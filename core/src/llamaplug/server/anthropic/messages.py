@@ -22,7 +22,16 @@ from fastapi import Depends, Request
 from ...high.chat import ChatSpec, ChatStream
 from ...high.chat_call import ChatCall, ChatRun, start_chat
 from ...high.completion import CompletionChunk, CompletionTimings, StopReason
-from ..anthropic_schemas import (
+from ..deps import served_model
+from ..dialects import ANTHROPIC
+from ..error_docs import error_responses
+from ..errors import BadRequestError
+from ..openai.schemas import ChatRequest
+from ..registry import Served
+from ..request_limits import check_messages
+from ..shared import chat_prompt_tokens
+from ..streaming import named_sse, off_loop, unless_gone
+from .schemas import (
     CountTokensRequest,
     ErrorBody,
     ImageBlock,
@@ -39,14 +48,6 @@ from ..anthropic_schemas import (
     ToolUseBlock,
     ToolUseOut,
 )
-from ..deps import served_model
-from ..dialects import ANTHROPIC
-from ..error_docs import error_responses
-from ..errors import BadRequestError
-from ..registry import Served
-from ..request_limits import check_messages
-from ..schemas import ChatRequest
-from ..streaming import named_sse, off_loop, unless_gone
 
 router = ANTHROPIC.router()
 
@@ -91,14 +92,7 @@ async def count_tokens(body: CountTokensRequest, request: Request,
     """The prompt's tokens, as the chat path renders it (llama-server's count: no generation, no context check)."""
     check_messages(request, body.messages, "messages", body.system)
     chat = as_chat_request(body)
-    return TokenCount(input_tokens=await off_loop(lambda: prompt_tokens(served, chat), request))
-
-
-def prompt_tokens(served: Served, chat: ChatRequest) -> int:
-    """How many tokens `chat`'s messages (and tools) are, rendered by the model's chat template (ChatRun's count,
-    with the server's chat defaults)."""
-    spec = ChatSpec(chat.messages, tools=chat.tools, tool_choice=chat.tool_choice, **served.chat_options())
-    return ChatRun(served.llama, ChatCall(spec, allow_empty=True)).prompt_tokens()
+    return TokenCount(input_tokens=await off_loop(lambda: chat_prompt_tokens(served, chat), request))
 
 
 def as_chat_request(body: MessagesRequest) -> ChatRequest:

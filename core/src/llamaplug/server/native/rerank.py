@@ -16,8 +16,8 @@ from ...high.embeddings import rerank_tokens
 from ..deps import served_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, BadRequestError
-from ..native_schemas import RerankRequest
 from ..registry import Served
+from .schemas import RerankRequest
 
 router = NATIVE.router()
 

@@ -10,9 +10,9 @@ from ...high.chat import ChatSpec, plan_chat
 from ..deps import served_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES
-from ..native_schemas import ApplyTemplateRequest
 from ..registry import Served
 from ..streaming import off_loop
+from .schemas import ApplyTemplateRequest
 
 router = NATIVE.router()
 

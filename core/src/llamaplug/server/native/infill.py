@@ -15,10 +15,10 @@ from ...high.infill import infill_tokens
 from ..deps import served_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, BadRequestError
-from ..native_schemas import InfillRequest
 from ..registry import Served
+from ..shared import run
 from ..streaming import off_loop
-from .native import run
+from .schemas import InfillRequest
 
 router = NATIVE.router()
 

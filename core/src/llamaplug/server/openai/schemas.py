@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..high.chat import ChatCompletion, Usage
-from ..params import SamplerParams
+from ...high.chat import ChatCompletion, Usage
+from ...params import SamplerParams
 
 MAX_CHOICES = 128
 

@@ -21,9 +21,9 @@ from ..deps import served_model, token_limit
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES, BadRequestError
 from ..registry import Served
-from ..schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, TextCompletion
+from ..shared import generation_settings, partial, verbose_result
 from ..streaming import off_loop, sse, unless_gone
-from .native import generation_settings, partial, verbose_result
+from .schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, TextCompletion
 
 router = OPENAI.router()
 

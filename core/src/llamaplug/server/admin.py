@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import PlainTextResponse
 
-from ..api_error import UnavailableError
-from ..deps import models
-from ..dialects import OPENAI
-from ..errors import ERROR_RESPONSES
+from .api_error import UnavailableError
+from .deps import models
+from .dialects import OPENAI
+from .errors import ERROR_RESPONSES
 
 router = OPENAI.router()
 

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..params import SamplerParams
-from .errors import BadRequestError
+from ...params import SamplerParams
+from ..errors import BadRequestError
 
 log = logging.getLogger("llamaplug.server.ollama")
 

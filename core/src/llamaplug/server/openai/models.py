@@ -1,4 +1,10 @@
-"""/v1/models: every served model, loaded or not, with its state (as llama-server's router mode)."""
+"""The served models, as llama-server's router mode has them: /v1/models lists every one, loaded or not, with its
+state; POST /models/load and /models/unload load or unload one now.
+
+Both answer when it is done: a load once the model serves, an unload once its running
+requests have ended and its memory is freed. An unloaded model still loads on its next
+request.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ from ..deps import models as served_models
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES
 from ..registry import ModelRegistry
-from ..schemas import ModelCard, ModelList, ModelStatus
+from .schemas import ModelAction, ModelCard, ModelList, ModelStatus
 
 router = OPENAI.router()
 
@@ -35,3 +41,15 @@ def card(registry: ModelRegistry, name: str) -> ModelCard:
     capabilities = ["completion", "multimodal"] if registry.multimodal(name) else ["completion"]
     return ModelCard(id=ident, created=created, aliases=aliases, tags=tags, status=ModelStatus(value=state.value),
                      capabilities=capabilities)
+
+
+@router.post("/models/load", responses=ERROR_RESPONSES)
+async def load(body: ModelAction, registry: Annotated[ModelRegistry, Depends(served_models)]) -> ModelCard:
+    await registry.load(body.model)
+    return card(registry, body.model)
+
+
+@router.post("/models/unload", responses=ERROR_RESPONSES)
+async def unload(body: ModelAction, registry: Annotated[ModelRegistry, Depends(served_models)]) -> ModelCard:
+    await registry.unload(body.model)
+    return card(registry, body.model)

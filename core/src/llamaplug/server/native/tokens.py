@@ -9,9 +9,9 @@ from fastapi import Depends, Request
 from ..deps import served_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES
-from ..native_schemas import DetokenizeRequest, TokenizeRequest
 from ..registry import Served
 from ..streaming import off_loop
+from .schemas import DetokenizeRequest, TokenizeRequest
 
 router = NATIVE.router()
 

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..params import SamplerParams
-from .schemas import LogitBias
+from ...params import SamplerParams
+from ..openai.schemas import LogitBias
 
 Prompt = str | list[int | str] | list[str | list[int | str]]
 
