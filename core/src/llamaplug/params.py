@@ -416,6 +416,10 @@ class LlamaParams(ModelParams, ContextParams):
     cache_disk_mib: int = Field(4096, ge=0, le=1 << 30,
                                 description="the most MiB of cache files in cache_dir (least recently used go "
                                             "first); 0 = no disk tier")
+    structured_engine: Literal["gbnf", "llguidance", "auto"] = Field(
+        "gbnf", description='what turns a JSON schema or grammar into a constraint (high/structured.py): "gbnf" '
+                            "llama.cpp's converter and grammar sampler (as llama-server), \"llguidance\" the "
+                            "llamaplug-llguidance plugin's sampler, \"auto\" llguidance when it is installed")
     # Speculative decoding (high/speculative.py): a draft model or n-gram lookup guesses tokens, the model checks
     # them in one batch; the output is the model's own.
     draft_model_path: Path | None = Field(None, description="a small model of the same vocabulary that drafts "

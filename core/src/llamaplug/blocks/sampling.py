@@ -471,13 +471,14 @@ class SamplerChain(LlamaSampler):
             self._selecting_at = len(self.names)
         return self
 
-    def constrained(self, grammar: Grammar | str, trigger_patterns: Sequence[str] = (),
+    def constrained(self, grammar: Grammar | str | LlamaSampler, trigger_patterns: Sequence[str] = (),
                     trigger_tokens: Sequence[int] = (), prefill: Sequence[int] = ()) -> SamplerChain:
         """A new chain: `grammar` first, then this chain's samplers (made anew; this chain is left as it is;
         a chain holding sampler objects, which cannot be made twice, gets the grammar in front itself).
 
         With triggers the grammar is lazy (grammar_lazy); `prefill`: tokens the grammar accepts first
-        (the template's generation prompt, for the chat layer's grammars)."""
+        (the template's generation prompt, for the chat layer's grammars). A LlamaSampler as `grammar` is a
+        plugin's constraint (high/structured.py: llguidance's), put in front as it is."""
         if self._built:
             raise InvalidParameterError("a grammar can be put in front of a chain that has not sampled yet only",
                                         field="sampler")
@@ -490,7 +491,9 @@ class SamplerChain(LlamaSampler):
             self.names, self._parts, self._keeps_top = [], [], []
         else:
             twin, selecting = SamplerChain(self._no_perf, self._n_vocab, self.default_seed, self._model), -1
-        if trigger_patterns or trigger_tokens:
+        if isinstance(grammar, LlamaSampler):
+            twin.add(grammar)
+        elif trigger_patterns or trigger_tokens:
             twin.grammar_lazy(grammar, trigger_patterns, trigger_tokens)
         else:
             twin.grammar(grammar, prefill=prefill)
@@ -761,3 +764,8 @@ def _plugin_sampler(name: str, options: dict[str, Any]) -> LlamaSampler | Any:
                                     "LlamaSampler nor an object with apply(candidates)", field="sampler")
     sampler = LlamaSampler.from_python(made, name)
     return sampler
+
+
+def plugin_sampler(name: str, **options: Any) -> LlamaSampler:
+    """The sampler the plugin that registered `name` makes with `options` (a LlamaSampler; its options checked)."""
+    return _plugin_sampler(name, options)

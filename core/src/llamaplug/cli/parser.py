@@ -259,6 +259,10 @@ def parser() -> argparse.ArgumentParser:
                        help="keep no responses: previous_response_id is a 400, GET /v1/responses/{id} a 404")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"],
                        help="the library's log level (default: error; debug with --verbose). The server's own "
+    serve.add_argument("--structured-engine", choices=["gbnf", "llguidance", "auto"], default="gbnf",
+                       help="what constrains replies to a JSON schema or grammar (response_format, json_schema, "
+                            "grammar; a request's structured_engine wins): gbnf (llama.cpp's, as llama-server; the "
+                            "default), llguidance (plugin llamaplug-llguidance), auto (llguidance when installed)")
                             "lines (listening, one per request, stopped) show at every level but none")
     serve.add_argument("--log-format", choices=["text", "json"], default="text",
                        help="json: every log line one JSON object (time, level, logger, message, and the "

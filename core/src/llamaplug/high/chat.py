@@ -186,6 +186,7 @@ class ChatSpec:
     continue_final_message: Any = None
     reasoning_budget_tokens: int | None = None
     reasoning_budget_message: str | None = None
+    structured_engine: str | None = None  # what constrains json_schema/response_format/grammar (structured.py)
 
 
 @dataclasses.dataclass(frozen=True)

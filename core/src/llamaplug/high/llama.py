@@ -196,6 +196,7 @@ class Llama:
         response_format: ResponseFormat | None = None,
         **sampling: Unpack[SamplingOptions],
     ) -> Completion | Iterator[CompletionChunk]:
+        structured_engine: str | None = None,
         """Complete `prompt` (text, or token ids).
 
         max_tokens=None generates until EOS or a full context. The default
@@ -212,10 +213,12 @@ class Llama:
         "schema": {...}} or {"type": "json_schema", "json_schema": {"schema":
         {...}}}) puts the schema's grammar in front of the sampler chain; a
         pydantic model as response_format also gives the validated object as
-        Completion.parsed (not when streamed).
+        Completion.parsed (not when streamed). `structured_engine` ("gbnf", "llguidance", "auto"; None:
+        LlamaParams.structured_engine) is what turns the schema into a constraint (structured.py).
         """
         chain, own = call_sampler(self, sampler, sampling, "create_completion")
-        job = completion_job(self, prompt, max_tokens, chain, stop, logprobs, special, response_format, own)
+        job = completion_job(self, prompt, max_tokens, chain, stop, logprobs, special, response_format, own,
+                             structured_engine)
         if stream:
             return events.chunks(self._engine, job)
         return with_parsed(collect(events.gather_chunks(self._engine, job), job.prompt), response_format)
@@ -295,6 +298,7 @@ class Llama:
         reasoning_budget_message: str | None = None,
         **sampling: Unpack[SamplingOptions],
     ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
+        structured_engine: str | None = None,
         """Reply to `messages` (OpenAI's shape) through the model's own chat template.
 
         The prompt, the tool-call grammar and the reading of the reply are llama.cpp's own chat
@@ -313,14 +317,15 @@ class Llama:
         the reply is constrained to its JSON schema and message.parsed is the validated object
         (ReplyValidationError names the field that does not fit; not when streamed).
         max_tokens=None generates until the end of the turn. Sampling keywords (temperature=0.7,
-        seed=1, ...) and `sampler` as create_completion.
+        seed=1, ...) and `sampler` as create_completion. `structured_engine` as create_completion's: for
+        response_format (tool calls keep the chat layer's GBNF grammar).
         """
         chain, own = call_sampler(self, sampler, sampling, "create_chat_completion")
         spec = ChatSpec(messages, tools=tools, tool_choice=tool_choice, response_format=response_format,
                         chat_template=chat_template, reasoning_format=reasoning_format,
                         reasoning_effort=reasoning_effort, chat_template_kwargs=chat_template_kwargs,
                         parallel_tool_calls=parallel_tool_calls, reasoning_budget_tokens=reasoning_budget_tokens,
-                        reasoning_budget_message=reasoning_budget_message)
+                        reasoning_budget_message=reasoning_budget_message, structured_engine=structured_engine)
         run = start_chat(self, ChatCall(spec, chain, own, max_tokens, stop))
         return run.stream() if stream else run.result()
 

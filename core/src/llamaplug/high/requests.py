@@ -14,6 +14,7 @@ raised to the caller and never reaches the engine.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from ..plugin_api import MediaPrompt
 from .chat import ChatPlan, ChatSpec, check_messages, plan_chat, response_schema
 from .completion import Completion, CompletionChunk, TokenLogprob, check_stops
 from .engine import Job
-from .structured import ResponseFormat
+from .structured import ResponseFormat, constrain, engine_for
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -40,10 +41,13 @@ Samplers = LlamaSampler | SamplerParams | Callable[[], LlamaSampler] | Sequence[
 def completion_job(llama: Llama, prompt: str | list[int], max_tokens: int | None = 16,
                    sampler: LlamaSampler | None = None, stop: str | list[str] | None = None,
                    logprobs: int | None = None, special: bool = False, response_format: ResponseFormat | None = None,
-                   own_sampler: bool = False) -> Job:
+                   own_sampler: bool = False, structured_engine: str | None = None,
+                   grammar: str | None = None) -> Job:
     """A checked completion of `prompt` (text, token ids, or a multimodal plugin's chunks); see Llama.create_completion.
 
     `own_sampler=True`: the job closes `sampler` when it ends (it was made for this job alone).
+    `structured_engine`: what constrains to response_format's schema or to `grammar` (GBNF, or Lark under
+    llguidance: structured.py; None: the Llama's engine).
     """
     model = llama.model
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
@@ -72,11 +76,13 @@ def completion_job(llama: Llama, prompt: str | list[int], max_tokens: int | None
         )
         overflow.n_prompt_tokens, overflow.n_ctx = n_prompt, room  # for the server's exceed_context_size_error
         raise overflow
-    grammar = response_grammar(response_format)
-    if grammar is not None:
-        if sampler is not None and not isinstance(sampler, SamplerChain):
-            raise InvalidParameterError("response_format needs a SamplerChain (or no sampler)", field="sampler")
-        sampler = (sampler if sampler is not None else SamplerChain().greedy()).constrained(grammar)
+    engine = engine_for(llama.params.structured_engine, structured_engine)
+    schema = None if response_format is None else response_schema(response_format)
+    if schema is not None and grammar is not None:
+        raise InvalidParameterError("response_format (or json_schema) and grammar exclude each other", field="grammar")
+    if schema is not None or grammar is not None:
+        sampler = constrain(model, sampler, engine, json_schema=schema, grammar=grammar,
+                            field="response_format" if grammar is None else "grammar")
         own_sampler = True
     if sampler is None:
         sampler, own_sampler = SamplerChain().greedy(), True
@@ -89,11 +95,13 @@ def completion_job(llama: Llama, prompt: str | list[int], max_tokens: int | None
 
 def completion_jobs(llama: Llama, prompts: Sequence[str | list[int]], max_tokens: int | None = 16,
                     sampler: Samplers = None, stop: str | list[str] | None = None, logprobs: int | None = None,
-                    special: bool = False, response_format: ResponseFormat | None = None) -> list[Job]:
+                    special: bool = False, response_format: ResponseFormat | None = None,
+                    structured_engine: str | None = None, grammar: str | None = None) -> list[Job]:
     """One checked job per prompt, each with its own sampler (see samplers_for)."""
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
         raise InvalidParameterError("prompts must be a list of prompts (text or token ids)", field="prompts")
-    return [completion_job(llama, p, max_tokens, s, stop, logprobs, special, response_format, own)
+    return [completion_job(llama, p, max_tokens, s, stop, logprobs, special, response_format, own, structured_engine,
+                           grammar)
             for p, (s, own) in zip(prompts, samplers_for(llama, len(prompts), sampler))]
 
 
@@ -109,6 +117,7 @@ def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sa
     list, instead of an error. `own_sampler=True`: the job closes `sampler` when it ends."""
     model = llama.model
     budget = _check_budget(spec)
+    spec, constraint = _own_constraint(llama, spec)
     projector = llama.projector
     if projector is not None and projector.has_media(spec.messages):
         prompt, plan = projector.chat_prompt(spec.messages, lambda flat: _render(llama, spec, flat))
@@ -132,6 +141,10 @@ def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sa
         else:
             sampler = sampler.constrained(params["grammar"], prefill=_prefill_tokens(model, params))
         own_sampler = True
+    if constraint is not None:
+        plan.response_format = constraint.pop("response_format")
+        sampler = constrain(model, sampler, **constraint)
+        own_sampler = True
     if budget >= 0 and params["thinking_start_tag"] and any(params["thinking_end_tags"]):
         sampler = _with_budget(model, params, sampler, own_sampler, budget, spec.reasoning_budget_message or "")
         own_sampler = True
@@ -140,6 +153,34 @@ def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sa
                          False, None, own_sampler)
     job.render_special = frozenset(preserved_tokens(params, tokenize))
     return job, plan
+
+
+def _own_constraint(llama: Llama, spec: ChatSpec) -> tuple[ChatSpec, dict[str, Any] | None]:
+    """`spec` for the chat layer, and the constraint to put in front of the sampler here instead (None: the chat
+    layer's GBNF grammar, as llama-server). Under llguidance the reply's schema or grammar is llguidance's and the
+    chat layer renders the prompt without it; tool calls keep the chat layer's grammar (lazy, from the template's
+    call marker on: llama.cpp builds it as GBNF and llguidance has no lazy triggers), so a request with tools is
+    GBNF's whole: "auto" takes gbnf there, and "llguidance" asked for with a schema or grammar is refused."""
+    engine = engine_for(llama.params.structured_engine, spec.structured_engine)
+    schema = None if spec.response_format is None else response_schema(spec.response_format)
+    schema = spec.json_schema if schema is None else schema
+    if engine == "gbnf" or (schema is None and spec.grammar is None):
+        return spec, None
+    if schema is not None and spec.grammar is not None:
+        raise InvalidParameterError("json_schema (or response_format) and grammar exclude each other", field="grammar")
+    if spec.tools and spec.tool_choice != "none":
+        asked = spec.structured_engine if spec.structured_engine is not None else llama.params.structured_engine
+        if asked == "auto":
+            return spec, None
+        raise InvalidParameterError('with tools, the reply\'s grammar is the chat layer\'s (GBNF, its tool-call '
+                                    'grammar): structured_engine "llguidance" cannot constrain it; use "gbnf" or '
+                                    '"auto"', field="structured_engine")
+    if spec.grammar is not None and not isinstance(spec.grammar, str):
+        raise InvalidParameterError("grammar must be GBNF text", field="grammar")
+    bare = dataclasses.replace(spec, response_format=None, json_schema=None, grammar=None)
+    return bare, {"engine": engine, "json_schema": schema, "grammar": spec.grammar,
+                  "field": "grammar" if schema is None else "response_format",
+                  "response_format": spec.response_format}
 
 
 def _check_budget(spec: ChatSpec) -> int:

@@ -26,8 +26,10 @@ from ..high.completion import Completion, CompletionChunk, CompletionTimings, St
 from ..high.engine import Job
 from ..high.events import agather, astream
 from ..high.requests import collect_many, completion_jobs
+from ..high.structured import engine_for
 from ..params import SamplerParams
 from .dialects import NATIVE
+from .errors import BadRequestError
 from .native.schemas import NativeCompletionRequest
 from .openai.schemas import ChatRequest
 from .registry import Served
@@ -47,13 +49,22 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     # -1 given is the server's -n, as llama-server's slot reads it (generation_settings still say -1)
     limit = n_predict if n_predict >= 0 else request.app.state.n_predict
     sampling = body.sampling(llama.params.seed, served.sampling)
+    grammar, schema = getattr(body, "grammar", None), getattr(body, "json_schema", None)
+    engine = getattr(body, "structured_engine", None)
+    gbnf = engine_for(llama.params.structured_engine, engine) == "gbnf"
     extra = {"logit_bias": logit_bias(llama.model, body.logit_bias),
-             "grammar": grammar_text(getattr(body, "grammar", None), getattr(body, "json_schema", None))}
+             "grammar": grammar_text(grammar, schema) if gbnf else None}
     if any(extra.values()):
         sampling = sampling.model_copy(update=extra)
+    if not gbnf and grammar and schema is not None:
+        raise BadRequestError("Cannot use both json_schema and grammar", param="grammar")
+    # Under llguidance the schema or grammar goes with the call (high/structured.py), not to the sampler as GBNF.
+    form = None if gbnf or schema is None else {"type": "json_schema", "json_schema": {"schema": schema or
+                                                                                       {"type": "object"}}}
     n_probs = body.n_probs or None  # llama-server: 0 gives none
     jobs = await off_loop(lambda: completion_jobs(llama, prompts, None if limit < 0 else limit, sampling,
-                                                  body.stop, n_probs), request)
+                                                  body.stop, n_probs, False, form, engine,
+                                                  None if gbnf else grammar or None), request)
     settings = _settings(sampling, n_predict, body)
     if body.stream:
         return StreamingResponse(_events(served, jobs, texts, settings, body.post_sampling_probs),

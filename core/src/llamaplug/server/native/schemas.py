@@ -55,6 +55,9 @@ class NativeCompletionRequest(_Native):
                                          "false bans the token")
     grammar: str | None = Field(None, description="a GBNF grammar the output must match")
     json_schema: dict[str, Any] | None = Field(None, description="a JSON schema the output must match")
+    structured_engine: Literal["gbnf", "llguidance", "auto"] | None = Field(
+        None, description="llamaplug's: what constrains the output to json_schema or grammar (default: the server's "
+                          "--structured-engine)")
 
     def predict(self) -> int | None:
         """The tokens asked for, under llama-server's names in its order (its schema's n_predict field and that

@@ -19,6 +19,7 @@ from ...high.chat import GRAMMAR_WITH_TOOLS, ChatCompletionChunk, ChatSpec, Chat
 from ...high.chat_call import ChatCall, ChatRun, start_chat
 from ...high.completion import CompletionChunk
 from ...high.requests import collect
+from ...high.structured import engine_for
 from ..deps import served_model, token_limit
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES, BadRequestError
@@ -46,18 +47,20 @@ async def chat(body: ChatRequest, request: Request,
     formatted = isinstance(response_format, dict) and response_format.get("type") not in (None, "text")
     if formatted and body.grammar:
         raise BadRequestError("Cannot use both json_schema and grammar", param="grammar")
-    # As llama-server: response_format wins over the json_schema field.
-    grammar = grammar_text(body.grammar, None if formatted else body.json_schema)
+    # As llama-server: response_format wins over the json_schema field. Under llguidance grammar and json_schema go
+    # with the call (high/structured.py), not to the sampler as GBNF.
+    gbnf = engine_for(llama.params.structured_engine, body.structured_engine) == "gbnf"
+    grammar = grammar_text(body.grammar, None if formatted else body.json_schema) if gbnf else None
     bias = logit_bias(llama.model, body.logit_bias)
     if bias or grammar:
         sampling = sampling.model_copy(update={"logit_bias": bias, "grammar": grammar})
     # grammar and json_schema go to the sampler above (as llama-server's fields); the rest to the chat layer
-    fields = {k: v for k, v in body.chat_fields().items() if k not in ("grammar", "json_schema")}
+    fields = {k: v for k, v in body.chat_fields().items() if not gbnf or k not in ("grammar", "json_schema")}
     options = served.chat_options(**fields)
 
     # n replies to one prompt: each its own sampler (from `sampling`), all in the engine's batches
     call = ChatCall(ChatSpec(body.messages, tools=body.tools, tool_choice=body.tool_choice,
-                             response_format=response_format, **options),
+                             response_format=response_format, structured_engine=body.structured_engine, **options),
                     sampling, max_tokens=limit, stop=body.stop, logprobs=n_logprobs, n=body.n, model=served.id)
     run = await off_loop(lambda: start_chat(llama, call), request)
     # llama-server's debug field: each reply as /completion would write it

@@ -97,6 +97,9 @@ class ChatRequest(_Request):
     grammar: str | None = Field(None, description="llama-server's: a GBNF grammar the reply must match")
     json_schema: dict[str, Any] | None = Field(None, description="llama-server's: a JSON schema the reply must "
                                                "match (response_format wins over it)")
+    structured_engine: Literal["gbnf", "llguidance", "auto"] | None = Field(
+        None, description="llamaplug's: what constrains the reply to response_format, json_schema or grammar "
+                          "(default: the server's --structured-engine)")
     timings_per_token: bool = Field(False, description="llama-server's: `timings` on every streamed chunk")
     return_progress: bool = Field(False, description="llama-server's: a stream's first chunk says how the prompt "
                                   "was read (prompt_progress: total, cache, processed, time_ms)")
