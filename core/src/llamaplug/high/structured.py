@@ -24,6 +24,7 @@ from ..blocks.sampling import LlamaSampler, SamplerChain, plugin_sampler
 from ..errors import InvalidParameterError, ReplyValidationError
 
 if TYPE_CHECKING:
+    from ..blocks.model import LlamaModel
     from .completion import Completion
 
 # What response_format takes: OpenAI's dict, or a pydantic model (class) whose JSON schema constrains the reply.
