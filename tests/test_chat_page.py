@@ -117,7 +117,7 @@ def test_the_page_and_its_files_are_served_without_a_key_and_nothing_else_is(ser
 def test_without_the_key_the_page_says_so_and_with_it_lists_the_model(page, server, smollm2_path):
     until(page, "() => document.getElementById('status').textContent.includes('API key')")
     enter_key(page)
-    assert page.locator("#model option").all_text_contents() == [smollm2_path.name]
+    assert page.locator("#model option").all_text_contents() == [smollm2_path.stem]
     assert page.locator("#status").text_content() == ""
     assert page.evaluate("localStorage.getItem('llamaplug.apiKey')") == KEY
     assert page.locator("#image-label").is_hidden()  # SmolLM2 has no projector

@@ -88,7 +88,7 @@ def oai(port):
 
 @pytest.fixture(scope="module")
 def names(smollm2_path, gemma_path) -> tuple[str, str]:
-    return smollm2_path.name, gemma_path.name
+    return smollm2_path.stem, gemma_path.stem  # as /api/tags lists them: the file's name without .gguf
 
 
 def states(port: int) -> dict[str, str]:

@@ -71,7 +71,7 @@ def client(port):
 
 @pytest.fixture(scope="module")
 def names(smollm2_path, gemma_path) -> tuple[str, str]:
-    return smollm2_path.name, gemma_path.name
+    return smollm2_path.stem, gemma_path.stem  # served as the file's name without .gguf
 
 
 def states(port: int) -> dict[str, str]:
@@ -339,7 +339,7 @@ def test_models_toml_gives_a_models_own_settings(tmp_path, smollm2_path):
     (tmp_path / "models.toml").write_text('["M.gguf"]\nn_ctx = 512\nn_seq_max = 2\naliases = ["m"]\n'
                                           'chat_template = "chatml"\n')
     (spec,) = specs_from_dir(tmp_path, {"n_ctx": 4096, "n_threads": 2})
-    assert (spec.id, spec.aliases, spec.chat_template) == ("M.gguf", ("m",), "chatml")
+    assert (spec.id, spec.aliases, spec.chat_template) == ("M", ("m",), "chatml")
     assert (spec.params.n_ctx, spec.params.n_seq_max, spec.params.n_threads) == (512, 2, 2)
 
 

@@ -78,16 +78,16 @@ def test_a_models_dir_skips_a_file_that_is_not_gguf(tmp_path, smollm2_path):
     with llamaplug_server(None, "--models-dir", str(folder), "--parallel", "1", "-c", CTX) as (port, proc):
         status, _, tags = call(port, "GET", "/api/tags")
         assert status == 200, tags
-        assert sorted(m["name"] for m in tags["models"]) == [f"{smollm2_path.name}:latest", "beta.gguf:latest"]
+        assert sorted(m["name"] for m in tags["models"]) == [f"{smollm2_path.stem}:latest", "beta:latest"]
         status, _, reply = call(port, "POST", "/v1/chat/completions", chat)  # no `model`: the default one
-        assert status == 200 and reply["model"] == smollm2_path.name, reply
+        assert status == 200 and reply["model"] == smollm2_path.stem, reply
 
         # A served file that stops being GGUF while serving: the list keeps the others, and a load of it is a
         # 500 that names the model, never the folder or what the file holds.
         (folder / "beta.gguf").unlink()
         (folder / "beta.gguf").write_text("SECRET-BYTES: replaced\n")
         status, _, tags = call(port, "GET", "/api/tags")
-        assert status == 200 and [m["name"] for m in tags["models"]] == [f"{smollm2_path.name}:latest"], tags
+        assert status == 200 and [m["name"] for m in tags["models"]] == [f"{smollm2_path.stem}:latest"], tags
         for path, body in (("/v1/chat/completions", {**chat, "model": "beta.gguf"}),
                            ("/api/show", {"model": "beta.gguf"})):
             status, _, error = call(port, "POST", path, body)

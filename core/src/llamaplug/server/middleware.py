@@ -119,7 +119,9 @@ class JsonBody:
         self.app, self.max_body = app, max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        # Ollama's DELETE /api/delete has a body too (its docs: `curl -X DELETE .../api/delete -d '{...}'`)
+        if scope["type"] != "http" or not (scope["method"] == "POST" or
+                                           (scope["method"] == "DELETE" and scope["path"].startswith("/api/"))):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
@@ -162,8 +164,9 @@ def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
 
 def _json_body(scope: Scope, headers: Headers) -> None:
     """A POST body is JSON whatever its Content-Type says, as llama-server reads it: `curl -d` sends
-    application/x-www-form-urlencoded, and scripts written for llama-server rely on that working."""
+    application/x-www-form-urlencoded, and scripts written for llama-server (or Ollama) rely on that working."""
     kind = headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind in ("", "application/x-www-form-urlencoded", "text/plain"):
+    # Ollama's server reads its /api/* bodies as JSON whatever the type says (its handlers decode the body itself)
+    if kind in ("", "application/x-www-form-urlencoded", "text/plain") or scope["path"].startswith("/api/"):
         scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
         scope["headers"].append((b"content-type", b"application/json"))

@@ -70,8 +70,15 @@ def spec_for_file(path: str | Path, base: dict[str, Any], alias: str | None = No
     """
     path = Path(path)
     names = split_names(alias)
-    spec = _spec(path, names[0] if names else path.name, tuple(names[1:]), base, own, where=f"-m {path}")
+    spec = _spec(path, names[0] if names else served_name(path.name), tuple(names[1:]), base, own,
+                 where=f"-m {path}")
     return dataclasses.replace(spec, tags=tuple(split_names(tags)), named=bool(names))
+
+
+def served_name(file_name: str) -> str:
+    """The name a model file is served under: its file name without ".gguf", as llama-server's router names a
+    --models-dir's files and as Ollama names models (a request may still say "NAME.gguf": the registry reads both)."""
+    return file_name[:-5] if file_name.lower().endswith(".gguf") and len(file_name) > 5 else file_name
 
 
 def split_names(given: str | None) -> list[str]:
@@ -118,7 +125,7 @@ def specs_from_dir(folder: str | Path, base: dict[str, Any], warn: Callable[[str
         aliases = tuple(own.pop("aliases", ()))
         if "mmproj" in own:
             own["mmproj"] = folder / own["mmproj"]
-        specs.append(_spec(path, name, aliases, base, own, where=f"{folder / CONFIG_NAME} [{name!r}]"))
+        specs.append(_spec(path, served_name(name), aliases, base, own, where=f"{folder / CONFIG_NAME} [{name!r}]"))
     if not specs:
         raise InvalidParameterError(f"--models-dir {folder}: no .gguf model in it", field="models_dir")
     return specs
@@ -145,10 +152,12 @@ def load_failure(exc: LlamaError, params: LlamaParams) -> str:
     """What a client is told of why a model given by `params` failed to load: `exc` without the server's paths
     (each file the params name is said by its name) and, for a file that is no GGUF model, without what the
     reader found in it (its first bytes): the server's log has the whole reason."""
-    if isinstance(exc, (InvalidModelError, ModelNotFoundError)):
-        return "its file cannot be read as a GGUF model (the server's log says why)"
-    text = str(exc)
     paths = [params.model_path, params.mmproj_path, params.draft_model_path, *(p for p, _ in params.lora)]
+    if isinstance(exc, (InvalidModelError, ModelNotFoundError)):
+        named = [Path(p).name for p in paths if p is not None and str(p) in str(exc)]
+        which = named[0] if named else Path(params.model_path).name
+        return f"its file {which} cannot be read as a GGUF model (the server's log says why)"
+    text = str(exc)
     for path in sorted({str(p) for p in paths if p is not None}, key=len, reverse=True):
         text = text.replace(path, Path(path).name)
     return text

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any
 
 from ..errors import InvalidParameterError, LlamaError
-from ..high.chat import ChatSettings, ChatSpec
+from ..high.chat import ChatSpec
 from ..high.chat_call import ChatCall, start_chat
 from ..high.engine import Engine
 from ..high.llama import Llama
@@ -48,6 +48,7 @@ from .api_error import (
     ModelPinnedError,
     NoRoomError,
 )
+from .chat_settings import ChatSettings
 from .keep_alive import IdleTimers, parse_keep_alive
 from .model_specs import ModelSpec, load_failure
 from .preload import load_warmed
@@ -87,6 +88,15 @@ def check_template(llama: Llama, chat_template: str | None) -> None:
     except BaseException:
         _close(llama)
         raise
+
+
+def name_forms(name: str) -> tuple[str, ...]:
+    """The names a request's `name` may mean, as Ollama's clients and llama-server's write a model: as given,
+    without Ollama's ":latest", without or with a file's ".gguf" ("alpha", "alpha:latest", "alpha.gguf" and
+    "alpha.gguf:latest" all name the model served as alpha, or as alpha.gguf)."""
+    base = name.removesuffix(":latest")
+    stem = base[:-5] if base.lower().endswith(".gguf") else base
+    return tuple(dict.fromkeys((name, base, stem, f"{stem}.gguf")))
 
 
 class ModelRegistry:
@@ -174,15 +184,13 @@ class ModelRegistry:
         unchanged; with several, an unknown name stays a 404."""
         if name is None or (lenient and len(self._entries) == 1):
             return next(iter(self._entries.values()))
-        found = self._names.get(name) or self._names.get(f"{name}.gguf")  # "alpha" names alpha.gguf
-        if found is not None:
-            return found
-        try:
-            return self._names[name]
-        except KeyError:
-            have = ", ".join(repr(n) for n in self._entries)
-            raise ModelNotServedError(f"model {name!r} is not served here (this server has {have})",
-                                      param="model") from None
+        for candidate in name_forms(name):
+            found = self._names.get(candidate)
+            if found is not None:
+                return found
+        have = ", ".join(repr(n) for n in self._entries)
+        raise ModelNotServedError(f"model {name!r} is not served here (this server has {have})",
+                                  param="model") from None
 
     # -- leases ------------------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -447,6 +455,7 @@ class ModelRegistry:
         """Stop serving what `name` names: an alias loses that name; a model is unloaded (once its requests
         are done) and forgotten."""
         entry = self._entry(name)
+        name = next(c for c in name_forms(name) if self._names.get(c) is entry)  # the name as it is registered
         if name != entry.id:
             entry.aliases = tuple(a for a in entry.aliases if a != name)
             del self._names[name]

@@ -18,14 +18,13 @@ ERRORS: dict[int | str, dict[str, Any]] = {code: {"description": '{"error": "...
 
 
 def resolve(registry: ModelRegistry, name: str) -> str:
-    """The served id that an Ollama client's `name` names; Ollama's 404 if none."""
-    base = name.removesuffix(":latest")
-    for candidate in dict.fromkeys((name, base, base + ".gguf")):
-        try:
-            return registry.describe(candidate)[0]
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+    """The served id that an Ollama client's `name` names (`name`, `name:latest`, `name.gguf`: the registry reads
+    each, as it does for /v1); Ollama's 404 if none."""
+    try:
+        return registry.describe(name)[0]
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
     raise ModelNotServedError(f"model '{name}' not found", param="model")
 
 

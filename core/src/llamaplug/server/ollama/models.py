@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -32,6 +33,7 @@ from ..api_error import BadRequestError, ServerFaultError
 from ..deps import models as served_models
 from ..dialects import OLLAMA
 from ..errors import ApiError
+from ..model_specs import served_name
 from ..registry import ModelRegistry, ModelSpec
 from .common import ERRORS, iso, ndjson, resolve
 from .schemas import CopyRequest, ModelName, PullRequest
@@ -50,7 +52,8 @@ log = logging.getLogger("llamaplug.server.ollama")
 
 
 def listed(name: str) -> str:
-    """A name as Ollama lists it: with a tag."""
+    """A name as Ollama lists it: without a file's ".gguf" (an alias may have one), with a tag."""
+    name = served_name(name)
     return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
 
 
@@ -64,8 +67,8 @@ async def model_card(registry: ModelRegistry, ident: str) -> ModelCard:
         return await asyncio.to_thread(card, path)
     except LlamaError as exc:
         log.error("model %r: its file does not read: %s", ident, exc)
-        raise ServerFaultError(f"model '{ident}': its file cannot be read as a GGUF model (the server's log says "
-                               "why)", param="model", code="model_unreadable") from None
+        raise ServerFaultError(f"model '{ident}': its file {Path(path).name} cannot be read as a GGUF model "
+                               "(the server's log says why)", param="model", code="model_unreadable") from None
 
 
 def details(c: ModelCard) -> dict[str, Any]:
@@ -110,23 +113,14 @@ async def show(body: ModelName, registry: Annotated[ModelRegistry, Depends(serve
     c = await model_card(registry, ident)
     meta = c.metadata(arrays=body.verbose)
     template = c.chat_template or ""
-    capabilities = ["completion"]
-    if f"{c.family}.pooling_type" in meta:
-        capabilities.append("embedding")
-    if "tools" in template:
-        capabilities.append("tools")
-    if "tokenizer.ggml.fim_pre_token_id" in meta:
-        capabilities.append("insert")
-    if registry.multimodal(ident):
-        capabilities.append("vision")
-    if "<think>" in template or "enable_thinking" in template:
-        capabilities.append("thinking")
     license_ = meta.get("general.license")
+    # FROM the model's name, where Ollama writes its blob's path: a client learns nothing of the server's disk
     return {"license": license_ if isinstance(license_, str) else "",
-            "modelfile": f"# served by llamaplug {__version__}\nFROM {c.path}\n", "parameters": "",
+            "modelfile": f"# served by llamaplug {__version__}\nFROM {listed(ident)}\n", "parameters": "",
             "template": template, "details": details(c) | {"context_length": c.context_length,
                                                              "embedding_length": c.embedding_length},
-            "model_info": meta, "capabilities": capabilities, "modified_at": iso(c.modified)}
+            "model_info": meta, "capabilities": c.capabilities(registry.multimodal(ident)),
+            "modified_at": iso(c.modified)}
 
 
 @router.post("/api/copy", responses=ERRORS)
