@@ -70,7 +70,8 @@ __getattr__, __dir__ = lazy_names(__name__, {
     ".blocks.quantize": ("QUANT_TYPES", "quantize"),
     ".blocks.sampling": ("LlamaSampler", "SamplerChain"),
     ".high.async_llama": ("AsyncLlama",),
-    ".high.chat": ("ChatCompletion", "ChatCompletionChunk"),
+    ".high.chat": ("ChatCompletion", "ChatCompletionChunk", "ChatSpec"),
+    ".high.chat_call": ("ChatCall", "ChatRun", "start_chat"),
     ".high.chat_template": ("ChatTemplate",),
     ".high.completion": ("Completion", "CompletionChunk", "CompletionTimings", "StopReason", "TokenLogprob"),
     ".high.llama": ("Llama",),
@@ -88,7 +89,8 @@ if TYPE_CHECKING:
     from .blocks.quantize import QUANT_TYPES, quantize
     from .blocks.sampling import LlamaSampler, SamplerChain
     from .high.async_llama import AsyncLlama
-    from .high.chat import ChatCompletion, ChatCompletionChunk
+    from .high.chat import ChatCompletion, ChatCompletionChunk, ChatSpec
+    from .high.chat_call import ChatCall, ChatRun, start_chat
     from .high.chat_template import ChatTemplate
     from .high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob
     from .high.llama import Llama
@@ -123,6 +125,7 @@ __all__ = [
     "LlamaSampler", "SamplerChain", "Grammar", "Llama", "AsyncLlama", "Completion", "CompletionChunk",
     "CompletionTimings",
     "StopReason", "TokenLogprob", "ChatCompletion", "ChatCompletionChunk", "ChatTemplate",
+    "ChatSpec", "ChatCall", "ChatRun", "start_chat",
     "LlamaParams", "ModelParams", "ContextParams", "SamplerParams", "KvCacheType", "FlashAttnType",
     "NumaStrategy", "SplitMode", "RopeScalingType", "PoolingType", "AttentionType",
     "LlamaError", "BackendError", "BackendMismatchError", "BackendNotInitialisedError", "NoBackendError",

@@ -10,7 +10,7 @@ from pathlib import Path
 def chat_settings(args: argparse.Namespace) -> tuple[str | None, object]:
     """The chat template (--chat-template or --chat-template-file) and the server's ChatSettings."""
     from ..errors import InvalidParameterError
-    from ..high.chat import ChatSettings
+    from ..server.chat_settings import ChatSettings
 
     if args.chat_template is not None and args.chat_template_file is not None:
         raise InvalidParameterError("give --chat-template or --chat-template-file, not both",

@@ -20,17 +20,10 @@ from typing import TYPE_CHECKING
 from ..blocks.sampling import LlamaSampler
 from ..errors import InvalidParameterError
 from . import events
-from .chat import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatPlan,
-    ChatSpec,
-    ChatStream,
-    Usage,
-    as_chat,
-    as_chunks,
-    plan_chat,
-)
+from .chat_output import ChatCompletion, ChatCompletionChunk, Usage
+from .chat_plan import ChatPlan, ChatSpec, plan_chat
+from .chat_reply import as_chat
+from .chat_stream import as_achunks, as_chunks
 from .completion import Completion, CompletionChunk
 from .engine import Job
 from .requests import Samplers, collect, collect_many, prepare_chat, samplers_for
@@ -165,21 +158,13 @@ class ChatRun:
         return self._merged(await self.acompletions())
 
     def stream(self) -> Iterator[ChatCompletionChunk]:
-        """OpenAI's chunks of the reply (n=1), as llama-server streams them (chat.ChatStream)."""
+        """OpenAI's chunks of the reply (n=1), as llama-server streams them (chat_stream.ChatStream)."""
         self.prepare()
         return as_chunks(self.chunks(), self.name, self.plan)
 
     def astream(self) -> AsyncIterator[ChatCompletionChunk]:
         self.prepare()
-        return self._astream(self.achunks(), ChatStream(self.name, self.plan))
-
-    @staticmethod
-    async def _astream(pieces: AsyncIterator[CompletionChunk], stream: ChatStream
-                       ) -> AsyncIterator[ChatCompletionChunk]:
-        yield stream.first()
-        async for piece in pieces:
-            for out in stream.feed(piece):
-                yield out
+        return as_achunks(self.achunks(), self.name, self.plan)
 
     def _merged(self, done: Sequence[Completion]) -> ChatCompletion:
         replies = [self.reply(c) for c in done]

@@ -3,7 +3,8 @@
     template = ChatTemplate.for_model(model)              # tokenizer.chat_template, else llama.cpp's chatml
     prompt = template.render(messages, add_generation_prompt=True, tools=None)
 
-The same engine renders every chat request (high/chat.py): a template renders here
+The same engine renders every chat request (chat_plan.py, through the per-model cache of `chat_templates` here,
+of which a ChatTemplate is a view): a template renders here
 exactly as it does in llama-server, with `raise_exception`, `strftime_now`, `tojson`,
 `bos_token` / `eos_token`, `add_generation_prompt`, `tools` and any extra variables
 (`render(..., enable_thinking=False)`). A template that does not compile or raises is a
@@ -13,15 +14,89 @@ exactly as it does in llama-server, with `raise_exception`, `strftime_now`, `toj
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
 from ..blocks.chat_builtin import builtin_names
 from ..blocks.chat_layer import ChatTemplates
 from ..blocks.model import LlamaModel
 from ..errors import ChatTemplateError, InvalidParameterError
-from .chat import OWN_TEMPLATES, chat_templates, is_builtin_name
 
-__all__ = ["ChatTemplate", "builtin_names"]
+__all__ = ["CHATML_TOOLS", "OWN_TEMPLATES", "ChatTemplate", "builtin_names", "chat_templates", "is_builtin_name"]
+
+# llamaplug's own name for a template: ChatML with tools in the Hermes format (<tool_call>...</tool_call>), for
+# ChatML models whose own template has no place for tools (SmolLM2's): chat_template="chatml-tools".
+CHATML_TOOLS = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0].role == 'system' %}{{- messages[0].content }}
+    {%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}
+    {{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n' ~
+        'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}
+    {%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}
+    {{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments ' ~
+        'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, ' ~
+        '\\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}
+{%- elif messages[0].role == 'system' %}
+    {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
+{%- endif %}
+{%- for message in messages %}
+    {%- if message.role == 'user' or (message.role == 'system' and not loop.first)
+          or (message.role == 'assistant' and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+    {%- elif message.role == 'assistant' %}
+        {{- '<|im_start|>assistant' }}
+        {%- if message.content %}{{- '\\n' + message.content }}{%- endif %}
+        {%- for call in message.tool_calls %}
+            {%- if call.function is defined %}{%- set call = call.function %}{%- endif %}
+            {{- '\\n<tool_call>\\n{\\"name\\": \\"' + call.name + '\\", \\"arguments\\": ' }}
+            {{- call.arguments | tojson }}{{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == 'tool' %}
+        {%- if loop.index0 == 0 or messages[loop.index0 - 1].role != 'tool' %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}
+        {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"""
+OWN_TEMPLATES = {"chatml-tools": CHATML_TOOLS}
+
+
+_templates: weakref.WeakKeyDictionary[Any, dict[str | None, ChatTemplates]] = weakref.WeakKeyDictionary()
+_templates_lock = threading.Lock()
+
+
+def chat_templates(model: LlamaModel, override: str | None = None) -> ChatTemplates:
+    """llama.cpp's templates of `model` (or `override`: Jinja text or a built-in name), made once per model."""
+    _check_override(override)
+    override = OWN_TEMPLATES.get(override, override) if override is not None else None
+    with _templates_lock:
+        per_model = _templates.setdefault(model, {})
+        found = per_model.get(override)
+        if found is None or found.closed:
+            found = per_model[override] = ChatTemplates(model, override)
+        return found
+
+
+def _check_override(override: Any) -> None:
+    if override is not None and (not isinstance(override, str) or not override.strip()):
+        raise InvalidParameterError("chat_template must be a Jinja template or a built-in name", field="chat_template")
+
+
+def is_builtin_name(override: str | None) -> bool:
+    """Whether `override` names one of llama.cpp's built-in templates other than chatml (which has a Jinja source);
+    a name that is none of them (not Jinja either) raises, naming the known ones."""
+    _check_override(override)
+    if override is None or "{{" in override or "{%" in override or override in OWN_TEMPLATES:
+        return False
+    if override not in builtin_names():
+        raise InvalidParameterError(f"no built-in chat template {override!r}; llama.cpp has "
+                                    f"{', '.join(builtin_names())}, llamaplug {', '.join(OWN_TEMPLATES)} (or give a "
+                                    "Jinja template)", field="chat_template")
+    return override != "chatml"  # chatml has a Jinja source in the chat layer
 
 
 class ChatTemplate:
@@ -46,7 +121,7 @@ class ChatTemplate:
     @classmethod
     def for_model(cls, model: LlamaModel, override: str | None = None) -> ChatTemplate:
         """`override` (a Jinja template or a built-in name), else the GGUF's template, else llama.cpp's chatml: a
-        view of the templates the chat path renders with (chat.chat_templates: made once per model)."""
+        view of the templates the chat path renders with (chat_templates: made once per model)."""
         builtin = is_builtin_name(override)  # an unknown name raises, naming the known ones
         native = chat_templates(model, override)
         view = cls.__new__(cls)

@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from ..high.chat import ChatSettings
 from ..high.llama import Llama
 from . import dialects, error_docs
+from .chat_settings import ChatSettings
 from .cors import Cors
 from .metrics import Metrics
 from .middleware import CorsGuard, Counted, JsonBody, KeyGuard

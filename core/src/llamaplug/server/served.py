@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 from ..high.async_llama import AsyncLlama
-from ..high.chat import ChatSettings
 from ..high.embeddings import default_pooling
 from ..high.llama import Llama
+from .chat_settings import ChatSettings
 from .model_specs import ModelSpec
 
 

@@ -23,8 +23,8 @@ from fastapi import Depends, Query, Request
 from ...errors import LlamaError
 from ...high.chat import ChatSpec, ChatStream
 from ...high.chat_call import ChatCall, ChatRun, start_chat
+from ...high.chat_output import ToolCall
 from ...high.completion import CompletionTimings
-from ...high.tool_calls import ToolCall
 from ..deps import served_model, token_limit
 from ..dialects import RESPONSES, named_event
 from ..errors import ERROR_RESPONSES, BadRequestError, NotFoundError
