@@ -211,6 +211,8 @@ def parser() -> argparse.ArgumentParser:
                        help="a Hugging Face model (from its cache, else downloaded), as llama.cpp's -hf; one more "
                             "model as another -m")
     serve.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
+    serve.add_argument("--offline", action="store_true", help="no network, as llama-server's: models come from "
+                       "local files and the Hugging Face cache only (sets HF_HUB_OFFLINE)")
     serve.add_argument("-a", "--alias", action="append", help="the model id clients use for the -m before it "
                        "(default: the file name); comma-separated: its other names too, the first (sorted) the id, as "
                        "llama-server's. With one -m, every -a names it")

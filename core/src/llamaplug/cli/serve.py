@@ -36,6 +36,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..serve_flags import settle
 
     settle(args)  # LLAMA_ARG_* variables the command line did not override
+    if args.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        if "huggingface_hub" in sys.modules:  # it reads the variable once, at import
+            sys.modules["huggingface_hub"].constants.HF_HUB_OFFLINE = True
     from . import serve_log
 
     native_log = serve_log.configure(args.log, args.log_format, args.verbose)
