@@ -58,6 +58,16 @@ def test_an_empty_api_key_from_the_environment_is_refused():
     assert done.returncode == 1 and "LLAMA_API_KEY" in done.stderr and "empty" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("how", [["--offline"], []], ids=["flag", "LLAMA_ARG_OFFLINE"])
+def test_offline_takes_a_hub_name_from_the_cache_only(tmp_path, how):
+    """llama-server's --offline (the flag its own test suite passes): a name not in the Hub cache fails at once,
+    saying so, with no request to the Hub (was: refused as a flag llamaplug does not implement)."""
+    env = {"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "0", **({} if how else {"LLAMA_ARG_OFFLINE": "1"})}
+    done = serve(*how, "-m", "someorg/not-here-GGUF:Q4_0", env=env, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "offline" in done.stderr and "not in the local cache" in done.stderr, done.stderr[-500:]
+
+
 def test_help_shows_the_host_and_port_defaults():
     done = serve("--help")
     text = " ".join(done.stdout.split())  # argparse wraps the lines
@@ -298,13 +308,3 @@ def get_or_none(port: int) -> int | None:
             return resp.status
     except OSError:
         return None
-@pytest.mark.parametrize("how", [["--offline"], []], ids=["flag", "LLAMA_ARG_OFFLINE"])
-def test_offline_takes_a_hub_name_from_the_cache_only(tmp_path, how):
-    """llama-server's --offline (the flag its own test suite passes): a name not in the Hub cache fails at once,
-    saying so, with no request to the Hub (was: refused as a flag llamaplug does not implement)."""
-    env = {"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "0", **({} if how else {"LLAMA_ARG_OFFLINE": "1"})}
-    done = serve(*how, "-m", "someorg/not-here-GGUF:Q4_0", env=env, timeout=60)
-    assert done.returncode == 1, done.stderr
-    assert "offline" in done.stderr and "not in the local cache" in done.stderr, done.stderr[-500:]
-
-
