@@ -259,7 +259,7 @@ def test_a_whole_result_wakes_its_caller_once_and_equals_the_stream(batched, ref
     import asyncio
 
     from llamaplug.high.events import agather_chunks, chunks
-    from llamaplug.high.requests import completion_job
+    from llamaplug.high.jobs import completion_job
 
     async def run() -> tuple[list[lp.CompletionChunk], int]:
         loop = asyncio.get_running_loop()
@@ -289,7 +289,7 @@ def test_cancelling_an_awaited_whole_result_frees_its_slots_and_an_error_comes_a
     import asyncio
 
     from llamaplug.high.events import agather
-    from llamaplug.high.requests import completion_jobs
+    from llamaplug.high.jobs import completion_jobs
 
     async def abandon() -> None:
         task = asyncio.ensure_future(agather(batched.engine, completion_jobs(batched, ["Once upon a time"] * 3,

@@ -424,19 +424,40 @@ class LlamaParams(ModelParams, ContextParams):
     # them in one batch; the output is the model's own.
     draft_model_path: Path | None = Field(None, description="a small model of the same vocabulary that drafts "
                                                              "tokens for speculative decoding")
-    speculative: Literal["ngram"] | None = Field(None, description='"ngram": draft by looking up the last tokens '
-                                                                  "in the sequence itself (llama.cpp's ngram-simple)")
+    speculative: Literal["auto", "none", "ngram-mod", "ngram-simple", "ngram"] | None = Field(
+        None, description='drafting with no second model: "auto" guesses what the reply copies from its prompt, '
+                          "earlier turns or other requests (ngram-mod's lookup, adapted per request: "
+                          "high/ngram_mod.py; what `llamaplug serve`, `run` and `chat` use), \"ngram-mod\" and "
+                          "\"ngram-simple\" (or \"ngram\") as llama-server's --spec-type; None or \"none\": no "
+                          "drafting (greedy output then is llama-completion's exactly)")
     draft_max: int = Field(16, ge=1, le=1024, description="the most tokens drafted per step")
     draft_min: int = Field(0, ge=0, le=1024, description="a draft model's drafts shorter than this are dropped")
     draft_p_min: float = Field(0.0, ge=0.0, le=1.0, description="a draft model stops drafting at a token whose "
                                                                 "probability (among its top 10) is below this")
-    ngram_size: int = Field(12, ge=1, le=1024, description='speculative="ngram": tokens looked up')
+    ngram_size: int = Field(12, ge=1, le=1024, description='speculative="ngram-simple": tokens looked up')
+    ngram_mod_n_match: int = Field(24, ge=1, le=1024, description='"ngram-mod" and "auto": the tokens an n-gram '
+                                                                  "has (llama-server's --spec-ngram-mod-n-match)")
+    ngram_mod_n_min: int = Field(48, ge=0, le=1024, description='"ngram-mod" and "auto": shorter drafts are dropped'
+                                                                " (--spec-ngram-mod-n-min)")
+    ngram_mod_n_max: int = Field(64, ge=1, le=1024, description='"ngram-mod" and "auto": the most tokens drafted '
+                                                                "per step (--spec-ngram-mod-n-max)")
 
     @model_validator(mode="after")
     def _one_drafter(self) -> LlamaParams:
-        if self.speculative is not None and self.draft_model_path is not None:
-            raise ValueError('speculative="ngram" and draft_model_path exclude each other: choose one way to draft')
+        if self.speculative not in (None, "none") and self.draft_model_path is not None:
+            raise ValueError(f"speculative={self.speculative!r} and draft_model_path exclude each other: choose one "
+                             "way to draft")
         return self
+
+    def drafted_max(self) -> int:
+        """The most tokens a drafter guesses per step and sequence (0: no drafting)."""
+        if self.draft_model_path is not None:
+            return self.draft_max
+        if self.speculative in ("auto", "ngram-mod"):
+            return self.ngram_mod_n_max
+        if self.speculative in ("ngram", "ngram-simple"):
+            return self.draft_max
+        return 0
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, **data: Any):
         if model_path is not None:

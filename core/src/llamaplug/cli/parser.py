@@ -77,12 +77,30 @@ def _add_request_defaults(serve: argparse.ArgumentParser) -> None:
 
 
 def _add_draft_arguments(parser: argparse.ArgumentParser) -> None:
-    """Speculative decoding (LlamaParams.draft_*), for `run` and `serve`."""
-    parser.add_argument("-md", "--draft-model", help="a small GGUF of the same vocabulary that drafts tokens")
-    parser.add_argument("--spec", choices=["ngram"], help="draft without a model: n-gram lookup in the sequence")
-    parser.add_argument("--draft-max", type=int, default=16, help="the most tokens drafted per step (default 16)")
-    parser.add_argument("--draft-min", type=int, default=0, help="drop a draft model's shorter drafts (default 0)")
-    parser.add_argument("--draft-p-min", type=float, default=0.0, help="stop drafting below this probability")
+    """Speculative decoding (LlamaParams.speculative, draft_*, ngram_*), for `run`, `chat` and `serve`: llama-server's
+    --spec-* flags with its meanings, and ours. Drafting with no second model is on unless --spec-type none."""
+    parser.add_argument("-md", "--draft-model", "--spec-draft-model", "--model-draft", dest="draft_model",
+                        help="a small GGUF of the same vocabulary that drafts tokens")
+    parser.add_argument("--spec-type", metavar="TYPE", default=None,
+                        help="how to draft: auto (default: the reply's copies of its prompt, earlier turns or other "
+                             "requests, adapted per request; no second model), none (off: greedy text is "
+                             "llama-completion's exactly), ngram-mod, ngram-simple (llama-server's), draft-simple "
+                             "(with -md); llama-server's other types are refused")
+    parser.add_argument("--spec", choices=["ngram"], help="the same as --spec-type ngram-simple")
+    parser.add_argument("--draft-max", "--spec-draft-n-max", "--spec-ngram-simple-size-m", dest="draft_max", type=int,
+                        default=16, help="the most tokens a draft model or ngram-simple drafts per step (default 16)")
+    parser.add_argument("--draft-min", "--spec-draft-n-min", dest="draft_min", type=int, default=0,
+                        help="drop a draft model's shorter drafts (default 0)")
+    parser.add_argument("--draft-p-min", "--spec-draft-p-min", dest="draft_p_min", type=float, default=0.0,
+                        help="a draft model stops drafting below this probability (default 0)")
+    parser.add_argument("--spec-ngram-simple-size-n", dest="ngram_size", type=int, default=12, metavar="N",
+                        help="ngram-simple: tokens looked up (default 12)")
+    parser.add_argument("--spec-ngram-mod-n-match", dest="ngram_mod_n_match", type=int, default=24, metavar="N",
+                        help="auto, ngram-mod: the tokens an n-gram has (default 24)")
+    parser.add_argument("--spec-ngram-mod-n-min", dest="ngram_mod_n_min", type=int, default=48, metavar="N",
+                        help="auto, ngram-mod: shorter drafts are dropped (default 48)")
+    parser.add_argument("--spec-ngram-mod-n-max", dest="ngram_mod_n_max", type=int, default=64, metavar="N",
+                        help="auto, ngram-mod: the most tokens drafted per step (default 64)")
 
 
 def _positive(text: str) -> int:
@@ -178,6 +196,7 @@ def parser() -> argparse.ArgumentParser:
     _add_sampling_arguments(chat)
     chat.add_argument("--log", choices=["debug", "info", "warning", "error", "none"])
     chat.add_argument("-ngl", "--n-gpu-layers", default="auto", help='"auto" (fit to free memory), "all" or a count')
+    _add_draft_arguments(chat)
     chat.set_defaults(func=cmd_chat)
     inspect = sub.add_parser("inspect", help="a GGUF file's metadata, tensors, vocabulary and chat template",
                              description="Show what a GGUF file holds, read by llamaplug's own reader "

@@ -23,7 +23,7 @@ from llamaplug.high.chat_call import ChatCall, start_chat
 from llamaplug.high.completion import TextAssembler
 from llamaplug.high.engine import Job
 from llamaplug.high.infill import check_text, infill_tokens
-from llamaplug.high.requests import completion_job, response_grammar
+from llamaplug.high.jobs import completion_job, response_grammar
 
 from . import responses, settings
 from .grammar import LlamaGrammar

@@ -1,6 +1,6 @@
 """AsyncLlama: `await` and `async for` over a Llama's engine, never blocking the event loop.
 
-Requests are built as Llama builds them (requests.py, a chat's through chat_call.py) and run through the asyncio
+Requests are built as Llama builds them (jobs.py, a chat's through chat_call.py) and run through the asyncio
 loop of the event pump (events.astream; events.agather when the result is awaited whole).
 Cancelling the awaiting task, or leaving an `async for` early, cancels the request: its
 slot is free at the engine's next step.
@@ -21,8 +21,8 @@ from .chat import ChatCompletion, ChatCompletionChunk, ChatSpec
 from .chat_call import ChatCall, start_chat
 from .completion import Completion, CompletionChunk
 from .events import achunks, agather, agather_chunks
+from .jobs import Samplers, collect, collect_many, completion_job, completion_jobs
 from .llama import Llama
-from .requests import Samplers, collect, collect_many, completion_job, completion_jobs
 from .sampling_options import SamplingOptions, call_sampler, calls_samplers
 from .structured import ResponseFormat, with_parsed
 from .tool_schema import ToolSpec

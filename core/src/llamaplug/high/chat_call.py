@@ -6,7 +6,7 @@
     run.stream()                       # its ChatCompletionChunks (async for ... in run.astream())
 
 Llama, AsyncLlama, the llama-cpp-python compat, each HTTP API family and the server's warm-up
-all go through here: the one place that builds a chat's jobs (requests.prepare_chat) and hands
+all go through here: the one place that builds a chat's jobs (jobs.prepare_chat) and hands
 them to the engine (events.py). A face that shapes its own replies (the server's dialects) reads
 the raw pieces (`chunks`, `events`, `completions`) and the `plan` they are read with.
 """
@@ -26,7 +26,7 @@ from .chat_reply import as_chat
 from .chat_stream import as_achunks, as_chunks
 from .completion import Completion, CompletionChunk
 from .engine import Job
-from .requests import Samplers, collect, collect_many, prepare_chat, samplers_for
+from .jobs import Samplers, collect, collect_many, prepare_chat, samplers_for
 
 if TYPE_CHECKING:
     from .llama import Llama

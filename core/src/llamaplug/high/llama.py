@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -29,6 +30,7 @@ from .disk_store import open_disk_store
 from .embeddings import embed, rerank
 from .engine import Engine
 from .infill import check_text, infill_tokens
+from .ngram_mod import NgramModDrafter
 from .requests import Samplers, collect, collect_many, completion_job, completion_jobs, samplers_for
 from .requests import response_grammar as response_grammar  # its home was here
 from .sampling_options import SamplingOptions, call_sampler, calls_samplers
@@ -365,14 +367,22 @@ def _open_projector(params: LlamaParams, model: LlamaModel) -> Projector | None:
 
 def _open_drafter(params: LlamaParams, model: LlamaModel, context: LlamaContext) -> Drafter | None:
     """The drafter of speculative decoding that params ask for (None: none)."""
-    if params.speculative is None and params.draft_model_path is None:
+    if params.speculative in (None, "none") and params.draft_model_path is None:
+        return None
+    if params.speculative == "auto" and context.recurrent:
+        logging.getLogger("llamaplug.speculative").info(
+            'speculative="auto": %s is a recurrent model, whose cache cannot be cut back after a wrong guess; '
+            "no drafting", params.model_path.name)
         return None
     if context.recurrent:
         raise InvalidParameterError(f"speculative decoding needs a cache that can be cut back after a wrong guess; "
                                     f"{params.model_path.name} is a recurrent model",
                                     field="speculative" if params.speculative else "draft_model_path")
-    if params.speculative == "ngram":
+    if params.speculative in ("ngram", "ngram-simple"):
         return NgramDrafter(params.ngram_size, params.draft_max)
+    if params.speculative in ("auto", "ngram-mod"):
+        return NgramModDrafter(params.ngram_mod_n_match, params.ngram_mod_n_min, params.ngram_mod_n_max,
+                               adaptive=params.speculative == "auto")
     assert params.draft_model_path is not None
     # The target's context shape: one draft sequence per slot, as long as the slot's.
     shape = context.params.replace(n_ctx=context.n_ctx, embeddings=False)

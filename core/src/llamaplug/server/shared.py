@@ -25,7 +25,7 @@ from ..high.chat_call import ChatCall, ChatRun
 from ..high.completion import Completion, CompletionChunk, CompletionTimings, StopReason, TokenLogprob
 from ..high.engine import Job
 from ..high.events import agather, astream
-from ..high.requests import collect_many, completion_jobs
+from ..high.jobs import collect_many, completion_jobs
 from ..high.structured import engine_for
 from ..params import SamplerParams
 from .dialects import NATIVE

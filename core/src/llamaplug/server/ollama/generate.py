@@ -30,8 +30,8 @@ from ...high.completion import Completion, CompletionChunk, CompletionTimings, S
 from ...high.engine import Job
 from ...high.events import achunks, agather_chunks
 from ...high.infill import infill_tokens
+from ...high.jobs import collect, completion_job
 from ...high.llama import Llama
-from ...high.requests import collect, completion_job
 from ..deps import models, token_limit
 from ..dialects import OLLAMA
 from ..errors import BadRequestError

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from ...high.chat import GRAMMAR_WITH_TOOLS, ChatCompletionChunk, ChatSpec, ChatStream, Delta, Usage, grammar_with_tools
 from ...high.chat_call import ChatCall, ChatRun, start_chat
 from ...high.completion import CompletionChunk
-from ...high.requests import collect
+from ...high.jobs import collect
 from ...high.structured import engine_for
 from ..deps import served_model, token_limit
 from ..dialects import OPENAI

@@ -16,7 +16,7 @@ from ...high.chat import Usage
 from ...high.completion import Completion, CompletionChunk, StopReason
 from ...high.engine import Job
 from ...high.events import agather, astream
-from ...high.requests import collect, collect_many, completion_jobs
+from ...high.jobs import collect, collect_many, completion_jobs
 from ..deps import served_model, token_limit
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES, BadRequestError

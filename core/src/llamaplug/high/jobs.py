@@ -1,4 +1,4 @@
-"""Requests for the engine, built from a caller's arguments, and their results: what every face of a Llama shares.
+"""The engine's jobs, built from a caller's arguments, and their results: what every face of a Llama shares.
 
 A caller (Llama's own methods, AsyncLlama, an HTTP route) turns its arguments into
 `Job`s here, runs them with the pump in events.py, and joins each job's chunks into a
