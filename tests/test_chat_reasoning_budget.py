@@ -94,7 +94,7 @@ def test_the_flags_set_the_budget_of_requests_that_give_none(native_tools, smoll
         theirs = [_theirs(port, **ask) for ask in asks]
         their_messages = _anthropic(port, thinking)
         their_bad = _status(port, {"messages": MESSAGES, "max_tokens": 4, "reasoning_budget_tokens": -2})
-    with llamaplug_server(smollm2_path, "-np", "1", *flags) as (port, _):
+    with llamaplug_server(smollm2_path, "-np", "1", "--spec-type", "none", *flags) as (port, _):
         ours = [_theirs(port, **ask) for ask in asks]
         our_messages = _anthropic(port, thinking)
         our_bad = _status(port, {"messages": MESSAGES, "max_tokens": 4, "reasoning_budget_tokens": -2})

@@ -126,7 +126,7 @@ def script(port: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def both(native_tools, smollm2_path) -> dict[str, dict[str, Any]]:
-    return on_both(native_tools, smollm2_path, script, "-np", str(SLOTS), "-c", str(CTX))
+    return on_both(native_tools, smollm2_path, script, "-np", str(SLOTS), "-c", str(CTX), "--spec-type", "none")
 
 
 def _shape(value: Any) -> Any:

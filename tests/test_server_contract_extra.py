@@ -46,7 +46,7 @@ def script(port: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def both(native_tools, smollm2_path) -> dict[str, dict[str, Any]]:
-    return on_both(native_tools, smollm2_path, script, "-np", str(SLOTS), "-c", str(CTX))
+    return on_both(native_tools, smollm2_path, script, "-np", str(SLOTS), "-c", str(CTX), "--spec-type", "none")
 
 
 # What only llama-server can say (its slot), and what each server names its model.

@@ -43,7 +43,7 @@ def script(port: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def both(native_tools, smollm2_path) -> dict[str, dict[str, Any]]:
-    return on_both(native_tools, smollm2_path, script, "-np", str(SLOTS), "-c", str(CTX))
+    return on_both(native_tools, smollm2_path, script, "-np", str(SLOTS), "-c", str(CTX), "--spec-type", "none")
 
 
 def _body(both: dict[str, dict[str, Any]], name: str) -> tuple[Any, Any]:

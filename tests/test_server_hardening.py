@@ -61,7 +61,8 @@ def theirs(native_tools, smollm2_path, slot_dirs) -> Iterator[int]:
 @pytest.fixture(scope="module")
 def ours(smollm2_path, slot_dirs) -> Iterator[int]:
     """`llamaplug serve` with the same flags."""
-    with llamaplug_server(smollm2_path, "-np", "1", "-c", CTX, "--slot-save-path", str(slot_dirs["ours"])) as (port, _):
+    with llamaplug_server(smollm2_path, "-np", "1", "-c", CTX, "--slot-save-path", str(slot_dirs["ours"]),
+                          "--spec-type", "none") as (port, _):
         yield port
 
 

@@ -89,8 +89,8 @@ def both(native_tools, smollm2_path, tmp_path_factory) -> dict[str, dict[str, tu
     with llama_server(native_tools, smollm2_path, "-c", str(CTX), "--slot-save-path", f"{folders[0]}/",
                       "--metrics") as port:
         theirs = llama_server_script(port)
-    with llamaplug_server(smollm2_path, "-np", "1", "-c", str(CTX), "--slot-save-path", str(folders[1]),
-                          "--metrics", "--jinja") as (port, _):
+    with llamaplug_server(smollm2_path, "-np", "1", "-c", str(CTX), "--spec-type", "none", "--slot-save-path",
+                          str(folders[1]), "--metrics", "--jinja") as (port, _):
         ours = llama_server_script(port)
         ours["metrics"] = (200, _metrics(port))
     assert not (folders[1].parent / "outside.bin").exists()
@@ -211,7 +211,8 @@ def test_a_restored_slot_serves_its_prompt_from_the_cache_as_llama_servers(nativ
 
     @contextlib.contextmanager
     def ours(folder: Path):
-        with llamaplug_server(smollm2_path, "-np", "1", "-c", str(CTX), "--slot-save-path", str(folder)) as (port, _):
+        with llamaplug_server(smollm2_path, "-np", "1", "-c", str(CTX), "--slot-save-path", str(folder),
+                              "--spec-type", "none") as (port, _):
             yield port
 
     seen = {name: _saved_and_restored(start, tmp_path / name) for name, start in (("theirs", theirs),
@@ -272,11 +273,11 @@ def test_rerank_and_infill_equal_llama_servers(native_tools, tmp_path):
     answers: dict[str, list[Any]] = {"theirs": [], "ours": []}
     with llama_server(native_tools, reranker, "-c", "128", "--reranking") as port:
         answers["theirs"] += [call(port, "/v1/rerank", rerank), call(port, "/rerank", {**rerank, "top_n": 3})]
-    with llamaplug_server(reranker, "-np", "1", "-c", "128", "--reranking") as (port, _):
+    with llamaplug_server(reranker, "-np", "1", "-c", "128", "--reranking", "--spec-type", "none") as (port, _):
         answers["ours"] += [call(port, "/v1/rerank", rerank), call(port, "/rerank", {**rerank, "top_n": 3})]
     with llama_server(native_tools, fim, "-c", "128") as port:
         answers["theirs"].append(call(port, "/infill", infill))
-    with llamaplug_server(fim, "-np", "1", "-c", "128") as (port, _):
+    with llamaplug_server(fim, "-np", "1", "-c", "128", "--spec-type", "none") as (port, _):
         answers["ours"].append(call(port, "/infill", infill))
     for (s1, theirs), (s2, ours) in zip(answers["theirs"][:2], answers["ours"][:2]):
         assert s1 == s2 == 200

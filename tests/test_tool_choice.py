@@ -116,7 +116,8 @@ def _accepts(llama: lp.Llama, grammar: Grammar, text: str) -> bool:
 @pytest.fixture(scope="module")
 def served(smollm2_path):
     template = TEMPLATE_DIR / CASES["qwen2.5"][0]
-    with llamaplug_server(smollm2_path, "-np", "1", "-c", "2048", "--chat-template-file", str(template)) as (port, _):
+    with llamaplug_server(smollm2_path, "-np", "1", "-c", "2048", "--spec-type", "none", "--chat-template-file",
+                          str(template)) as (port, _):
         yield port
 
 

@@ -25,7 +25,7 @@ def chat_settings(args: argparse.Namespace) -> tuple[str | None, object]:
     thinking = {"on": True, "off": False}.get(args.reasoning)
     effort = None if args.reasoning_effort in (None, "default") else args.reasoning_effort
     return template, ChatSettings(args.reasoning_format, thinking, effort, args.chat_template_kwargs or {},
-                                  args.reasoning_budget, args.reasoning_budget_message)
+                                  args.reasoning_budget, args.reasoning_budget_message, jinja=args.jinja)
 
 
 # llama-server's flags for the sampling of requests that do not set it: (flags, SamplerParams field, type).
@@ -47,6 +47,52 @@ def request_defaults(args: argparse.Namespace) -> dict[str, object]:
     return given
 
 
+# llama-server's --spec-type names we have a drafter for (and ours, "auto"), as LlamaParams.speculative.
+_SPEC_TYPES = {"auto": "auto", "none": "none", "ngram-mod": "ngram-mod", "ngram-simple": "ngram-simple",
+               "draft-simple": "draft-simple"}
+_SPEC_TYPES_NOT_HERE = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-map-k", "ngram-map-k4v",
+                        "ngram-cache")
+
+
 def draft_params(args: argparse.Namespace) -> dict[str, object]:
-    return {"draft_model_path": args.draft_model, "speculative": args.spec, "draft_max": args.draft_max,
-            "draft_min": args.draft_min, "draft_p_min": args.draft_p_min}
+    """LlamaParams' drafting fields from --spec-type and the --spec-*/--draft-* flags: with neither --spec-type,
+    --spec nor -md, "auto" (drafting with no second model where the reply copies)."""
+    from ..errors import InvalidParameterError
+
+    kind = _spec_type(args.spec_type) if args.spec_type is not None else None
+    if args.spec is not None:
+        if kind not in (None, "ngram-simple"):
+            raise InvalidParameterError(f"--spec {args.spec} and --spec-type {args.spec_type} ask for two ways to "
+                                        "draft: give one", field="spec_type")
+        kind = "ngram-simple"
+    if args.draft_model and kind not in (None, "draft-simple"):
+        raise InvalidParameterError(f"-md {args.draft_model} asks for a draft model and --spec-type {kind} for "
+                                    "none: give one of them", field="spec_type")
+    if kind == "draft-simple" and not args.draft_model:
+        raise InvalidParameterError("--spec-type draft-simple needs a draft model: -md FILE", field="draft_model")
+    given: dict[str, object] = {"draft_model_path": args.draft_model,
+                                "speculative": None if args.draft_model else kind or "auto",
+                                "draft_max": args.draft_max, "draft_min": args.draft_min,
+                                "draft_p_min": args.draft_p_min}
+    if not args.draft_model:  # the n-gram drafters' own settings
+        given.update(ngram_size=args.ngram_size, ngram_mod_n_match=args.ngram_mod_n_match,
+                     ngram_mod_n_min=args.ngram_mod_n_min, ngram_mod_n_max=args.ngram_mod_n_max)
+    return given
+
+
+def _spec_type(value: str) -> str:
+    """--spec-type's value (llama-server's comma-separated list: one type here) as LlamaParams.speculative."""
+    from ..errors import InvalidParameterError
+
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if len(names) != 1:
+        raise InvalidParameterError(f"--spec-type {value!r}: give one type (llama-server's combinations are not "
+                                    f"implemented here): one of {', '.join(_SPEC_TYPES)}", field="spec_type")
+    name = names[0]
+    if name in _SPEC_TYPES_NOT_HERE:
+        raise InvalidParameterError(f"--spec-type {name} is a llama-server type `llamaplug` does not implement "
+                                    f"(it has: {', '.join(_SPEC_TYPES)})", field="spec_type")
+    if name not in _SPEC_TYPES:
+        raise InvalidParameterError(f"--spec-type {name!r} is not a type of speculative decoding: one of "
+                                    f"{', '.join(_SPEC_TYPES)}", field="spec_type")
+    return _SPEC_TYPES[name]

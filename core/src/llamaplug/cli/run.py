@@ -125,7 +125,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     model = args.model_arg or args.model or getattr(args, "hf_repo", None)
     path = model_path(model) if model else default_model(args.catalog)
     extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
-    with Llama.load(path, n_ctx=args.ctx_size, log_level=args.log, n_gpu_layers=args.n_gpu_layers, **extra) as llama:
+    with Llama.load(path, n_ctx=args.ctx_size, log_level=args.log, n_gpu_layers=args.n_gpu_layers, **extra,
+                    **draft_params(args)) as llama:
         sampling = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
                     "repeat_penalty": args.repeat_penalty, "seed": args.seed}
         return repl(llama, sampling, None if args.n_predict < 0 else args.n_predict, args.system)

@@ -28,7 +28,7 @@ from typing import Any
 log = logging.getLogger("llamaplug.serve")
 
 _NONE = logging.CRITICAL + 10
-_OWN = ("llamaplug.serve", "llamaplug.server.access")
+_OWN = ("llamaplug.serve", "llamaplug.server.access", "llamaplug.speculative")  # (its line: a request's acceptance)
 # A LogRecord's own attributes (and uvicorn's color_message): the rest of a record's are its `extra` fields.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime",
                                                                                  "color_message"}

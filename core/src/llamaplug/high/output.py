@@ -23,6 +23,7 @@ from .slot import Slot
 from .stats import EngineStats
 
 log = logging.getLogger("llamaplug.engine")
+_spec_log = logging.getLogger("llamaplug.speculative")  # `serve` shows its lines at its default level
 
 
 class Emitter:
@@ -53,6 +54,9 @@ class Emitter:
         """End the slot's job with `reason`: the text the stop-string automaton held back, the timings."""
         job = slot.job
         assert job is not None
+        if job.drafted:  # llama-server's line at a slot's end
+            _spec_log.info("slot %d: draft acceptance = %.5f (%d accepted / %d generated)", slot.seq,
+                           job.accepted / job.drafted, job.accepted, job.drafted)
         self.release(slot)
         self.end(job, CompletionChunk(job.text.finish(), [], None, reason, timings(job), job.stop_string))
 

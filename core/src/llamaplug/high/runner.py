@@ -140,6 +140,7 @@ class Runner:
         assert job is not None
         drafted, accepted = job.drafted, job.accepted
         verify(slot, first, self._emitter.output)
+        self._stats.drafts += 1
         self._stats.drafted_tokens += job.drafted - drafted
         self._stats.accepted_tokens += job.accepted - accepted
         with self._own():

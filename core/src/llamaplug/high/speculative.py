@@ -7,7 +7,7 @@ target at each of their rows, accepting guesses while the sampled token equals t
 (llama.cpp's common_sampler_sample_and_accept_n). So the output is what the target alone
 would give; a drafter only decides how many decodes that takes.
 
-Two drafters, as the pinned llama.cpp's:
+Three drafters, as the pinned llama.cpp's (`ngram_mod.py` holds the third):
 
 - `NgramDrafter` ("ngram-simple"): the last `ngram_size` tokens are looked up, latest first,
   in the sequence's own history (prompt included); the tokens that followed the match are the
@@ -15,6 +15,9 @@ Two drafters, as the pinned llama.cpp's:
 - `ModelDrafter` ("draft-simple"): a small model of the same vocabulary continues the sequence
   greedily in its own context (one sequence per slot), stopping early when its top token's
   probability among its top 10 falls below `p_min`.
+- `NgramModDrafter` ("ngram-mod", and "auto": the one `serve`, `run` and `chat` use by default):
+  a table of the n-grams seen (every sequence's prompt and reply) maps each to the token that
+  followed it; a draft follows the table from the last n tokens. "auto" adapts it per request.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class DraftRequest:
     history: list[int]
     last: int
     n_max: int
+    job: object = None  # the request the sequence runs (a drafter keeping state per request sees it change)
 
 
 class Drafter(Protocol):
@@ -70,7 +74,7 @@ def ask(drafter: Drafter, wanted: Sequence[tuple[Slot, int]]) -> None:
     requests = []
     for slot, n_max in wanted:
         assert slot.next is not None
-        requests.append(DraftRequest(slot.seq, slot.tokens, slot.next, n_max))
+        requests.append(DraftRequest(slot.seq, slot.tokens, slot.next, n_max, slot.job))
     for (slot, n_max), guess in zip(wanted, drafter.draft(requests)):
         slot.draft = list(guess[:n_max])
 

@@ -24,6 +24,7 @@ class EngineStats:
     generated_tokens: int = 0
     drafted_tokens: int = 0
     accepted_tokens: int = 0
+    drafts: int = 0  # drafts checked: one per sequence and decode with guesses (llama-server's n_draft_verif_steps)
     decode_steps: int = 0
     busy_slots: int = 0
     waiting: int = 0

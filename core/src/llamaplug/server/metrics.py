@@ -29,17 +29,26 @@ _COUNTERS = (
     ("cache_ram_misses", "prompt cache lookups host memory had no prefix for (serve --cache-dir)"),
     ("cache_disk_hits", "prompt cache lookups served from the cache directory"),
     ("cache_disk_misses", "prompt cache lookups neither tier could serve, or whose file was refused"),
+    # Speculative decoding (high/speculative.py; serve drafts by default, --spec-type none: these stay 0).
+    ("drafted_tokens", "tokens a drafter guessed and the model checked"),
+    ("accepted_tokens", "drafted tokens the model's own sampling agreed with"),
+    ("drafts", "drafts checked (one per sequence and decode that had guesses)"),
 )
 _NAMES = [name for name, _ in _COUNTERS]
 
 # llama-server's counters, from ours (a model's counters: unloaded engines' included). Its timing sums
-# (prompt_seconds_total, tokens_predicted_seconds_total) and speculative counters are not kept here.
+# (prompt_seconds_total, tokens_predicted_seconds_total) and per-position acceptance are not kept here.
 _LLAMA_SERVER_COUNTERS = (
     ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
      lambda c: c["prompt_tokens"] - c["cached_tokens"]),
     ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", lambda c: c["cached_tokens"]),
     ("tokens_predicted_total", "Number of generation tokens processed", lambda c: c["generated_tokens"]),
     ("n_decode_total", "Total number of llama_decode() calls", lambda c: c["decode_steps"]),
+    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", lambda c: c["drafted_tokens"]),
+    ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
+     lambda c: c["accepted_tokens"]),
+    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
+     lambda c: c["drafts"]),
 )
 # ... and its gauges, from a loaded engine.
 _LLAMA_SERVER_GAUGES = (

@@ -166,7 +166,7 @@ def load_failure(exc: LlamaError, params: LlamaParams) -> str:
 def reserved_outputs(params: LlamaParams) -> int:
     """Rows of logits a served model's batches need, as llama-server reserves them: one per slot and per token a
     drafter may guess (llama.cpp's default, n_batch rows, costs a compute buffer n_batch / n_seq_max times larger)."""
-    drafted = params.draft_max if params.speculative is not None or params.draft_model_path is not None else 0
+    drafted = params.drafted_max()
     return max(params.n_seq_max, min(params.n_batch, params.n_seq_max * (1 + drafted)))
 
 

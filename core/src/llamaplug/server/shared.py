@@ -124,7 +124,9 @@ def timings(t: CompletionTimings) -> dict[str, float]:
             "prompt_per_token_ms": t.prompt_ms / max(1, t.prompt_tokens - t.cached_tokens),
             "prompt_per_second": t.prompt_per_second, "predicted_n": t.predicted_tokens,
             "predicted_ms": t.predicted_ms, "predicted_per_token_ms": t.predicted_ms / max(1, t.predicted_tokens),
-            "predicted_per_second": t.predicted_per_second}
+            "predicted_per_second": t.predicted_per_second,
+            # as llama-server: only when something was drafted
+            **({"draft_n": t.drafted_tokens, "draft_n_accepted": t.accepted_tokens} if t.drafted_tokens else {})}
 
 
 def so_far(job: Job, piece: CompletionChunk) -> CompletionTimings:
