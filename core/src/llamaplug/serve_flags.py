@@ -171,7 +171,6 @@ _ENV_NOT_OURS = frozenset({"HF_TOKEN"})
 
 # Flags whose feature llamaplug serve always has: accepted, doing nothing (the --help line says why).
 _ALWAYS_ON = {
-    ("--jinja",): "no-op: chat templates are always rendered by llama.cpp's Jinja engine",
     ("--metrics",): "no-op: /metrics is always served",
     ("--embedding", "--embeddings"): "no-op: /v1/embeddings is always served",
     ("--rerank", "--reranking"): "no-op: /v1/rerank is always served (it needs a reranker model)",

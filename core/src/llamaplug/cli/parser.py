@@ -23,6 +23,9 @@ def _add_chat_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the chat template of the -m models: Jinja text, or a name of llama.cpp's built-in "
                              "templates (default: the GGUF's own)")
     parser.add_argument("--chat-template-file", metavar="FILE", help="the chat template, read from FILE")
+    parser.add_argument("--jinja", action=argparse.BooleanOptionalAction, default=True,
+                        help="render chat templates with llama.cpp's Jinja engine (default); --no-jinja: its "
+                             "built-in template of the same family, as llama-server's, which refuses tools")
     parser.add_argument("--chat-template-kwargs", metavar="JSON", type=_json_object,
                         help='extra template variables for every request, e.g. \'{"enable_thinking": false}\'')
     parser.add_argument("--reasoning-format", choices=["none", "auto", "deepseek", "deepseek-legacy"],

@@ -55,6 +55,7 @@ class ChatSpec:
     reasoning_budget_tokens: int | None = None
     reasoning_budget_message: str | None = None
     structured_engine: str | None = None  # what constrains json_schema/response_format/grammar (structured.py)
+    use_jinja: bool = True  # False: llama.cpp's built-in template of the same family, as llama-server's --no-jinja
 
 
 @dataclasses.dataclass
@@ -142,7 +143,12 @@ def chat_request(spec: ChatSpec, messages: list[dict[str, Any]]) -> tuple[dict[s
         request["chat_template_kwargs"] = spec.chat_template_kwargs
     if spec.continue_final_message is not None:
         request["continue_final_message"] = spec.continue_final_message
-    if is_builtin_name(spec.chat_template):
+    if not spec.use_jinja:  # llama-server's checks and words
+        if tools:
+            raise InvalidParameterError("tools param requires --jinja flag", field="tools")
+        if tool_choice not in (None, "auto"):
+            raise InvalidParameterError("tool_choice param requires --jinja flag", field="tool_choice")
+    if not spec.use_jinja or is_builtin_name(spec.chat_template):
         request["use_jinja"] = False
     names = tuple(t["function"]["name"] for t in tools or ())
     return request, names

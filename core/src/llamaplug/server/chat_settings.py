@@ -18,6 +18,7 @@ class ChatSettings:
     chat_template_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     reasoning_budget: int = -1  # --reasoning-budget (-1: unlimited)
     reasoning_budget_message: str | None = None  # --reasoning-budget-message
+    jinja: bool = True  # --no-jinja: llama.cpp's built-in templates (llama_chat_apply_template), no tools
 
     def options(self, chat_template: str | None = None, **given: Any) -> dict[str, Any]:
         """ChatSpec's keyword arguments: `given` (a request's fields; None means not given) over these."""
@@ -31,4 +32,6 @@ class ChatSettings:
             out["chat_template_kwargs"] = {**self.chat_template_kwargs, **(out.get("chat_template_kwargs") or {})}
         if chat_template is not None:
             out["chat_template"] = chat_template
+        if not self.jinja:
+            out["use_jinja"] = False
         return out
