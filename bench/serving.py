@@ -6,6 +6,7 @@
     .tox/py/bin/python bench/serving.py chat [--clients 8,32] [--requests 96] [--rounds 2] [--restart]
     .tox/py/bin/python bench/serving.py cold [--model smollm2] [--clients 8] [--requests 64] [--rounds 2]
     .tox/py/bin/python bench/serving.py disconnects [--requests 1000]
+    .tox/py/bin/python bench/serving.py drafting [--model smollm2] [--clients 1,8] [--max-tokens 256] [--rounds 2]
 
 engine: `create_completions` of 16 prompts x 64 tokens against the same prompts one
   by one (one Llama, 2 threads), beside the pinned llama-batched-bench's ratio of its
@@ -30,6 +31,11 @@ cold: a fresh server for each run, ours and the pin's llama-server in ABBA order
   /health ready, the latency of each of the first 64 chat requests (8 clients, greedy, 64 tokens) by waves of 8,
   their tokens/s, and the resident memory at ready and after them. Targets (issue 31): ready within 2x, RSS at
   most 64 MiB above, tokens/s >= 1.0x.
+drafting (issue 45): fresh servers in ABBA order, `llamaplug serve` with its defaults (drafting on) against the
+  pin's llama-server with its defaults (off) and with --spec-type ngram-mod, on copy-heavy chats (code edits, quoting
+  a document, rewriting JSON) and free ones (stories, questions), at 1 and 8 clients (--clients): greedy chat
+  requests of --max-tokens, tokens/s from each server's usage. Targets: copy >= 1.8x llama-server's default and
+  >= 1.0x its ngram-mod; free >= 0.98x its default.
 disconnects: R streamed requests to `llamaplug serve`, each dropped after a random
   number of events; afterwards /metrics must show every slot free, and the server's
   RSS is sampled (flat: the last sample within 5% of the one after warm-up).
@@ -556,6 +562,86 @@ def bench_cold(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+# -- drafting (issue 45) ---------------------------------------------------------------------------------------------
+def _copy_prompts() -> list[str]:
+    """Chats whose replies copy what they were given: code edits, quoting a document, rewriting JSON."""
+    code = (ROOT / "core" / "src" / "llamaplug" / "high" / "scheduler.py").read_text(encoding="utf-8")
+    starts = (code.index("def schedule("), code.index("def _plan_drafts("))
+    funcs = [code[i:code.find("\n\n\n", i) if "\n\n\n" in code[i:] else len(code)] for i in starts]
+    doc = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
+    para = [p for p in doc.split("\n\n") if len(p) > 600][:3]
+    record = {"id": 17, "name": "Ada Lovelace", "born": 1815, "fields": ["mathematics", "computing"],
+              "notes": "wrote the first published algorithm for Babbage's Analytical Engine"}
+    return ([f"Rename the variable `plan` to `step` in this function and give back the whole function:\n\n{f}"
+             for f in funcs]
+            + [f"Quote this paragraph word for word, then say in one sentence what it means:\n\n{p}" for p in para]
+            + [f"Rewrite this JSON with the key `born` renamed to `birth_year`, every other field as it is:\n\n"
+               f"{json.dumps(record, indent=2)}"])
+
+
+FREE_PROMPTS = CHAT_PROMPTS + ["What is the capital of Australia, and why was it chosen?",
+                               "Explain in a few sentences how a refrigerator works."]
+DRAFTING_SERVERS = {"native": [], "native-ngram-mod": ["--spec-type", "ngram-mod"], "llamaplug": []}
+
+
+async def drive_prompts(port: int, clients: int, prompts: list[str], max_tokens: int) -> int:
+    """Each prompt once as a greedy chat request, `clients` at a time; the completion tokens (the server's usage)."""
+    client, model, queue = await _client(port, len(prompts))
+    total = 0
+
+    async def worker() -> None:
+        nonlocal total
+        while not queue.empty():
+            i = queue.get_nowait()
+            got = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompts[i]}],
+                                                       max_tokens=max_tokens, temperature=0)
+            total += got.usage.completion_tokens
+
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    await client.close()
+    return total
+
+
+def bench_drafting(args: argparse.Namespace) -> dict[str, Any]:
+    """Fresh servers, ABBA order: llamaplug serve's defaults (drafting on) against llama-server's (drafting off) and
+    llama-server --spec-type ngram-mod, on copy-heavy and free chats, at each client count: tokens/s ratios."""
+    model = model_path(args.model)
+    sets = {"copy": _copy_prompts(), "free": FREE_PROMPTS}
+    kinds = list(DRAFTING_SERVERS)
+    runs: dict[str, Any] = {}
+    for clients in (int(c) for c in args.clients.split(",")):
+        for r in range(args.rounds):
+            for kind in (kinds if r % 2 == 0 else kinds[::-1]):
+                port = free_port()
+                if kind == "llamaplug":
+                    cmd = [sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(model), "-t", str(THREADS),
+                           "--parallel", str(clients), "-c", str(clients * args.per_slot), "--port", str(port)]
+                else:
+                    cmd = [str(native_bin() / "llama-server"), "-m", str(model), "-t", str(THREADS), "-np",
+                           str(clients), "-c", str(clients * args.per_slot), "--host", "127.0.0.1", "--port",
+                           str(port), *DRAFTING_SERVERS[kind]]
+                proc = launch(kind, cmd, port)
+                try:
+                    for name, prompts in sets.items():
+                        t0 = time.perf_counter()
+                        tokens = asyncio.run(drive_prompts(port, clients, prompts, args.max_tokens))
+                        wall = time.perf_counter() - t0
+                        runs.setdefault(f"{name}/{clients}", {}).setdefault(kind, []).append(tokens / wall)
+                        print(f"{clients} clients, round {r}, {kind:16} {name}: {tokens / wall:.2f} tok/s", flush=True)
+                finally:
+                    stop(proc)
+    ratios = {}
+    for key, by_kind in runs.items():
+        med = {k: statistics.median(v) for k, v in by_kind.items()}
+        ratios[key] = {"ours_over_native": med["llamaplug"] / med["native"],
+                       "ours_over_native_ngram_mod": med["llamaplug"] / med["native-ngram-mod"],
+                       "native_ngram_mod_over_native": med["native-ngram-mod"] / med["native"]}
+        print(f"{key}: ours/llama-server {ratios[key]['ours_over_native']:.2f}x, ours/llama-server ngram-mod "
+              f"{ratios[key]['ours_over_native_ngram_mod']:.2f}x (ngram-mod/default "
+              f"{ratios[key]['native_ngram_mod_over_native']:.2f}x)", flush=True)
+    return {"model": model.name, "max_tokens": args.max_tokens, "runs": runs, "ratios": ratios}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
@@ -582,12 +668,18 @@ def main() -> None:
     k.add_argument("--requests", type=int, default=64)
     k.add_argument("--per-slot", type=int, default=1024, help="context per slot (-c is clients x this)")
     k.add_argument("--rounds", type=int, default=2, help="each round starts each server once; odd rounds reversed")
+    sp = sub.add_parser("drafting")
+    sp.add_argument("--model", default="smollm2")
+    sp.add_argument("--clients", default="1,8")
+    sp.add_argument("--max-tokens", type=int, default=256)
+    sp.add_argument("--per-slot", type=int, default=4096, help="context per slot (-c is clients x this)")
+    sp.add_argument("--rounds", type=int, default=2, help="each round starts each server once; odd rounds reversed")
     d = sub.add_parser("disconnects")
     d.add_argument("--model", default="smollm2")
     d.add_argument("--requests", type=int, default=1000)
     args = ap.parse_args()
     result = {"engine": bench_engine, "load": bench_load, "chat": bench_chat,
-              "disconnects": bench_disconnects, "cold": bench_cold}[args.what](args)
+              "disconnects": bench_disconnects, "cold": bench_cold, "drafting": bench_drafting}[args.what](args)
     OUT.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now().strftime("%Y-%m-%dT%H%M")
     target = OUT / f"{socket.gethostname()}-{stamp}-{args.what}.json"
