@@ -363,3 +363,32 @@ def test_a_planted_private_import_in_compat_is_found(tmp_path):
     assert [b.split(": ", 1)[1] for b in private_imports([planted])] == [
         "llamaplug.blocks import _native_log", "llamaplug._version"]
     assert foreign_private_attributes([planted], tmp_path) == ["planted.py:6: llama._engine"]
+
+
+# -- the server's API families ----------------------------------------------------------
+# One package per API family under llamaplug.server; a route module (one that builds a router) imports no other
+# route module: what two of them share lives in a module that is no route (server/shared.py, a family's common.py).
+
+
+def route_modules() -> set[str]:
+    return {module_name(p) for p in sorted((PACKAGE / "server").rglob("*.py"))
+            if any(line.split("=")[0].strip().endswith("router") and "router(" in line
+                   for line in p.read_text().splitlines() if not line.startswith((" ", "#")))}
+
+
+def routes_importing_routes(graph: dict[str, set[str]], routes: set[str]) -> list[str]:
+    return [f"{m} imports {t}" for m in sorted(routes) for t in sorted(graph.get(m, ())) if t in routes]
+
+
+def test_no_route_module_imports_another(graph):
+    routes = route_modules()
+    assert "llamaplug.server.openai.chat" in routes and "llamaplug.server.native.completion" in routes
+    bad = routes_importing_routes(graph, routes)
+    assert not bad, "a route module imports another (move what they share to server/shared.py):\n" + "\n".join(bad)
+
+
+def test_a_planted_route_import_is_found(graph):
+    planted = {k: set(v) for k, v in graph.items()}
+    planted["llamaplug.server.openai.chat"].add("llamaplug.server.anthropic.messages")
+    assert routes_importing_routes(planted, route_modules()) == [
+        "llamaplug.server.openai.chat imports llamaplug.server.anthropic.messages"]
