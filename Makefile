@@ -19,7 +19,7 @@ endif
 # plugins and the development requirements come with `make test` (issue 48: a fresh clone to the first token).
 run: run-build model
 	$(BIN)/llamaplug info
-	$(BIN)/llamaplug run -n 48 "$(PROMPT)"
+	$(BIN)/llamaplug run --raw -n 48 "$(PROMPT)"
 
 run-build: $(BIN)/.build-tools
 	scripts/sysdeps.sh patch
