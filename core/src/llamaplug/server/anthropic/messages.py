@@ -1,6 +1,6 @@
 """/v1/messages: Anthropic's Messages API, translated onto the chat path (a ChatCall, its ChatRun, ChatStream).
 
-The request becomes the chat request an OpenAI client would send for it (system as the
+The request becomes (translate.py) the chat request an OpenAI client would send for it (system as the
 first message, tool_use blocks as an assistant's tool_calls, tool_result blocks as tool
 messages, tools' input_schema as their parameters), so the same messages give the same
 text on both APIs. The reply goes back as Anthropic's message, or its named events
@@ -12,7 +12,6 @@ Anthropic's types for the statuses `as_api_error` gives (dialects.py's ANTHROPIC
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -21,12 +20,10 @@ from fastapi import Depends, Request
 
 from ...high.chat import ChatSpec, ChatStream
 from ...high.chat_call import ChatCall, ChatRun, start_chat
-from ...high.completion import CompletionChunk, CompletionTimings, StopReason
+from ...high.completion import CompletionChunk
 from ..deps import served_model
 from ..dialects import ANTHROPIC
 from ..error_docs import error_responses
-from ..errors import BadRequestError
-from ..openai.schemas import ChatRequest
 from ..registry import Served
 from ..request_limits import check_messages
 from ..shared import chat_prompt_tokens
@@ -34,20 +31,15 @@ from ..streaming import named_sse, off_loop, unless_gone
 from .schemas import (
     CountTokensRequest,
     ErrorBody,
-    ImageBlock,
     MessageResponse,
     MessagesRequest,
     MessageUsage,
-    RedactedThinkingBlock,
-    TextBlock,
     TextOut,
-    ThinkingBlock,
     ThinkingOut,
     TokenCount,
-    ToolResultBlock,
-    ToolUseBlock,
     ToolUseOut,
 )
+from .translate import ContentBlocks, as_chat_request, sse_event, stop_reason, tool_id, tool_input, usage
 
 router = ANTHROPIC.router()
 
@@ -74,15 +66,15 @@ async def messages(body: MessagesRequest, request: Request,
         return named_sse(_events(served, run, ident), ANTHROPIC.stream_error)
     done = await unless_gone(request, run.acompletion())
     chat_reply = run.reply(done).choices[0]
-    reason, sequence = _stop(chat_reply.finish_reason, done.stop_reason, done.stop_string)
+    reason, sequence = stop_reason(chat_reply.finish_reason, done.stop_reason, done.stop_string)
     reply = chat_reply.message
     content: list[ThinkingOut | TextOut | ToolUseOut] = \
         [ThinkingOut(thinking=reply.reasoning_content)] if reply.reasoning_content else []
     content += [TextOut(text=reply.content)] if reply.content else []
-    content += [ToolUseOut(id=_tool_id(c.id), name=c.function.name, input=_tool_input(c.function.arguments))
+    content += [ToolUseOut(id=tool_id(c.id), name=c.function.name, input=tool_input(c.function.arguments))
                 for c in reply.tool_calls or []]
     return MessageResponse(id=ident, model=served.id, content=content, stop_reason=reason, stop_sequence=sequence,
-                           usage=_usage(done.timings))
+                           usage=usage(done.timings))
 
 
 @router.post("/v1/messages/count_tokens", response_model=TokenCount,
@@ -95,162 +87,13 @@ async def count_tokens(body: CountTokensRequest, request: Request,
     return TokenCount(input_tokens=await off_loop(lambda: chat_prompt_tokens(served, chat), request))
 
 
-def as_chat_request(body: MessagesRequest) -> ChatRequest:
-    """The chat request that asks for what `body` asks for."""
-    messages: list[dict[str, Any]] = []
-    if body.system is not None:
-        text = body.system if isinstance(body.system, str) else "\n".join(b.text for b in body.system)
-        messages.append({"role": "system", "content": text})
-    for i, message in enumerate(body.messages):
-        messages += _chat_messages(message.role, message.content, f"messages[{i}]")
-    tools = None if body.tools is None else [
-        {"type": "function", "function": {"name": t.name, "parameters": t.input_schema,
-                                          **({"description": t.description} if t.description else {})}}
-        for t in body.tools]
-    choice = body.tool_choice
-    tool_choice: str | dict[str, Any] | None = None
-    if choice is not None:
-        tool_choice = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type) or \
-            {"type": "function", "function": {"name": getattr(choice, "name", None)}}
-    form = body.output_config.format if body.output_config is not None else None
-    # (a chat request needs a message; llama-server takes none at all: checked with one, then without)
-    chat = ChatRequest(model=body.model, messages=messages or [{"role": "user", "content": ""}],
-                       max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
-                       stop=body.stop_sequences, tools=tools, tool_choice=tool_choice,
-                       response_format=None if form is None else
-                       {"type": "json_schema", "json_schema": {"schema": form.json_schema}})
-    return chat if messages else chat.model_copy(update={"messages": []})
-
-
-def _chat_messages(role: str, content: str | list[Any], where: str) -> list[dict[str, Any]]:
-    """One Anthropic message as chat messages: tool results first (each a tool message), then the rest."""
-    if isinstance(content, str):
-        return [{"role": role, "content": content}]
-    results: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
-    reasoning: list[str] = []
-    for j, block in enumerate(content):
-        if isinstance(block, ThinkingBlock):
-            reasoning.append(block.thinking)
-        elif isinstance(block, RedactedThinkingBlock):
-            continue
-        elif isinstance(block, ToolUseBlock):
-            if role != "assistant":
-                raise BadRequestError(f"{where}.content[{j}]: tool_use blocks belong to assistant messages",
-                                      param=f"{where}.content[{j}]")
-            calls.append({"id": block.id, "type": "function",
-                          "function": {"name": block.name, "arguments": json.dumps(block.input, ensure_ascii=False)}})
-        elif isinstance(block, ToolResultBlock):
-            if role != "user":
-                raise BadRequestError(f"{where}.content[{j}]: tool_result blocks belong to user messages",
-                                      param=f"{where}.content[{j}]")
-            given = block.content
-            results.append({"role": "tool", "tool_call_id": block.tool_use_id,
-                            "content": given if isinstance(given, str) else [_part(b) for b in given]})
-        else:
-            parts.append(_part(block))
-    if parts or calls or reasoning:
-        message: dict[str, Any] = {"role": role, "content": parts or (None if calls else "")}
-        if calls:
-            message["tool_calls"] = calls
-        if reasoning:
-            message["reasoning_content"] = "\n".join(reasoning)
-        results.append(message)
-    return results
-
-
-def _part(block: TextBlock | ImageBlock) -> dict[str, Any]:
-    """A text or image block as the chat message part an OpenAI client sends for it."""
-    if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text}
-    source = block.source
-    url = source.url if source.type == "url" else f"data:{source.media_type};base64,{source.data}"
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _tool_id(call_id: str) -> str:
-    return "toolu_" + call_id.removeprefix("call_")
-
-
-def _tool_input(arguments: str) -> dict[str, Any]:
-    """A call's arguments as Anthropic's `input` object (a model that wrote a non-object has it under "value")."""
-    given = json.loads(arguments)
-    return given if isinstance(given, dict) else {"value": given}
-
-
-def _stop(finish: str | None, reason: StopReason | None, matched: str | None) -> tuple[str, str | None]:
-    """Anthropic's stop_reason and stop_sequence for a chat reply's finish_reason (the engine's `reason`)."""
-    if finish == "tool_calls":
-        return "tool_use", None
-    if finish == "length":
-        return "max_tokens", None
-    if reason == StopReason.STOP_SEQUENCE:
-        return "stop_sequence", matched
-    return "end_turn", None
-
-
-def _usage(timings: CompletionTimings) -> MessageUsage:
-    """Anthropic's usage: input_tokens are the prompt tokens decoded, cache_read_input_tokens those reused,
-    output_tokens those sampled (the end-of-generation token too, as llama-server counts them)."""
-    return MessageUsage(input_tokens=timings.prompt_tokens - timings.cached_tokens,
-                        output_tokens=timings.predicted_tokens,
-                        cache_read_input_tokens=timings.cached_tokens)
-
-
-def _event(payload: dict[str, Any]) -> tuple[str, str]:
-    return payload["type"], json.dumps(payload, ensure_ascii=False)
-
-
-class _Blocks:
-    """Anthropic's content blocks of a streamed reply: thinking, text and tool_use blocks opened and closed as
-    the chat deltas arrive (a call's arguments go out as input_json_delta pieces as they are generated)."""
-
-    def __init__(self) -> None:
-        self.index, self.open = 0, None  # the open block: "thinking", "text", or a tool call's index
-
-    def _start(self, kind: Any, block: dict[str, Any]) -> list[tuple[str, str]]:
-        out = self.close()
-        self.open = kind
-        return out + [_event({"type": "content_block_start", "index": self.index, "content_block": block})]
-
-    def close(self) -> list[tuple[str, str]]:
-        if self.open is None:
-            return []
-        self.open = None
-        self.index += 1
-        return [_event({"type": "content_block_stop", "index": self.index - 1})]
-
-    def _delta(self, delta: dict[str, Any]) -> tuple[str, str]:
-        return _event({"type": "content_block_delta", "index": self.index, "delta": delta})
-
-    def feed(self, delta: Any) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
-        if delta.reasoning_content:
-            if self.open != "thinking":
-                out += self._start("thinking", {"type": "thinking", "thinking": ""})
-            out.append(self._delta({"type": "thinking_delta", "thinking": delta.reasoning_content}))
-        if delta.content:
-            if self.open != "text":
-                out += self._start("text", {"type": "text", "text": ""})
-            out.append(self._delta({"type": "text_delta", "text": delta.content}))
-        for call in delta.tool_calls or []:
-            if call.id is not None:
-                out += self._start(("tool", call.index), {"type": "tool_use", "id": _tool_id(call.id),
-                                                          "name": call.function.name if call.function else "",
-                                                          "input": {}})
-            if call.function is not None and call.function.arguments and self.open == ("tool", call.index):
-                out.append(self._delta({"type": "input_json_delta", "partial_json": call.function.arguments}))
-        return out
-
-
 async def _events(served: Served, run: ChatRun, ident: str) -> AsyncIterator[tuple[str, str]]:
     start = MessageResponse(id=ident, model=served.id, content=[], stop_reason=None, stop_sequence=None,
                             usage=MessageUsage(input_tokens=run.job.n_prompt, output_tokens=0))
-    yield _event({"type": "message_start", "message": start.model_dump()})
-    yield _event({"type": "ping"})
+    yield sse_event({"type": "message_start", "message": start.model_dump()})
+    yield sse_event({"type": "ping"})
     stream = ChatStream(served.id, run.plan)
-    blocks = _Blocks()
+    blocks = ContentBlocks()
     last: CompletionChunk | None = None
     finish: str | None = None
     async for piece in run.achunks():
@@ -262,7 +105,7 @@ async def _events(served: Served, run: ChatRun, ident: str) -> AsyncIterator[tup
     for event in blocks.close():
         yield event
     assert last is not None and last.timings is not None  # achunks ends with the final chunk
-    reason, sequence = _stop(finish, last.stop_reason, last.stop_string)
-    yield _event({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                  "usage": _usage(last.timings).model_dump()})
-    yield _event({"type": "message_stop"})
+    reason, sequence = stop_reason(finish, last.stop_reason, last.stop_string)
+    yield sse_event({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                  "usage": usage(last.timings).model_dump()})
+    yield sse_event({"type": "message_stop"})
