@@ -174,7 +174,8 @@ def as_chat_request(body: ResponsesRequest) -> ChatRequest:
         else:
             items.append({"role": item.role, "content": _content(item.content)})
     messages += items
-    tools = None if body.tools is None else [
+    # OpenAI takes an empty list for no tools (the Agents SDK sends one for an agent without tools)
+    tools = None if not body.tools else [
         {"type": "function", "function": {"name": t.name, "parameters": t.parameters or {"type": "object"},
                                           **({"description": t.description} if t.description else {})}}
         for t in body.tools]
