@@ -147,8 +147,9 @@ def test_serve_takes_hub_names_from_the_cache(cache, no_hub, tiny):
                 body = json.dumps({"model": model, "prompt": "a", "max_tokens": 2}).encode()
                 request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                                  headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=120) as resp:
-                    assert json.loads(resp.read())["usage"]["completion_tokens"] == 2
+                with urllib.request.urlopen(request, timeout=120) as resp:  # loaded, and it generates
+                    reply = json.loads(resp.read())  # (random weights: their first token may be the end)
+                assert reply["model"] == model and 1 <= reply["usage"]["completion_tokens"] <= 2
     assert no_hub.requests == []
 
 
