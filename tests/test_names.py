@@ -94,7 +94,7 @@ def test_list_shows_every_model_the_cli_runs(env, smollm2_path):
     assert "Q4_1" in rows["smollm2-135m-instruct"]  # SmolLM2's GGUF says general.file_type Q4_1
 
 
-def test_show_inspect_rm_take_the_same_names(env, cache, no_hub, smollm2_path):
+def test_show_inspect_rm_take_the_same_names(env, cache, no_hub, smollm2_path, tiny):
     for name in ("smollm2-135m-instruct", "smollm2-135m-instruct:latest", f"{REPO}:Q8_0"):
         for command in ("show", "inspect"):
             done = cli(command, name, env=env)
@@ -107,6 +107,12 @@ def test_show_inspect_rm_take_the_same_names(env, cache, no_hub, smollm2_path):
     rows = [line.split()[0] for line in cli("list", env=env).stdout.splitlines()[1:]]
     assert f"{REPO}:Q8_0" in rows and f"{REPO}:Q6_K" not in rows
     assert no_hub.requests == []
+    model, notes = cache.parent / "mine.gguf", cache.parent / "notes.gguf"
+    model.write_bytes(tiny["m-Q8_0.gguf"])
+    notes.write_text("not a model\n")
+    kept = cli("rm", str(notes), env=env)  # a file that is no GGUF model stays
+    assert kept.returncode == 1 and notes.is_file() and "Traceback" not in kept.stderr
+    assert cli("rm", str(model), env=env).returncode == 0 and not model.exists()
 
 
 def test_run_chats_as_ollama_run_and_raw_completes(env, llama):
