@@ -281,6 +281,14 @@ def parser() -> argparse.ArgumentParser:
                        help="the oldest kept responses go when their JSON passes this (default 256)")
     serve.add_argument("--no-responses-store", dest="responses_store", action="store_false",
                        help="keep no responses: previous_response_id is a 400, GET /v1/responses/{id} a 404")
+    serve.add_argument("--mcp-config", "--mcp-servers-config", dest="mcp_config", metavar="FILE",
+                       help='MCP servers whose tools chat requests may ask for (a tool {"type": "mcp", '
+                            '"server_label": NAME}); llama-server\'s JSON: {"mcpServers": {NAME: {"command", '
+                            '"args", "env", "cwd", "timeout_ms"}}}; listed at GET /tools (default: none)')
+    serve.add_argument("--mcp-max-steps", type=_positive, default=8, metavar="N",
+                       help="rounds of MCP tool calls one request may run before its last answer (default 8)")
+    serve.add_argument("--mcp-timeout", type=_seconds, default=300.0, metavar="DURATION",
+                       help="no new round of MCP tool calls after this long in one request (default 300s)")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"],
                        help="the library's log level (default: error; debug with --verbose). The server's own "
     serve.add_argument("--structured-engine", choices=["gbnf", "llguidance", "auto"], default="gbnf",

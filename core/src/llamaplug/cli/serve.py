@@ -140,6 +140,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app.state.responses = response_store.ResponseStore(
         args.responses_db or response_store.default_path(), args.responses_max_age,
         args.responses_max_mib * 2**20) if args.responses_store else None
+    if args.mcp_config is not None:  # the servers are started once here to list their tools, then per call
+        import asyncio
+
+        from ..high.mcp_tools import McpTools
+
+        app.state.mcp = asyncio.run(McpTools.from_config(args.mcp_config).start())
+        app.state.mcp_bounds = (args.mcp_max_steps, args.mcp_timeout)
+        serve_log.log.info("MCP tools: %s", ", ".join(app.state.mcp.tools) or "none")
     # uvicorn's loggers go to the handler serve_log set up (log_config None: uvicorn leaves logging alone)
     options = {**uvicorn_options(args.max_header_kib * 1024), "log_level": "info" if args.verbose else "warning",
                "access_log": False, "log_config": None}

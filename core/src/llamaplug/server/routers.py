@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import admin, page
 from .anthropic import messages
+from .mcp import routes as mcp
 from .native import completion, infill, props, rerank, templates, tokens
 from .ollama import generate as ollama_generate
 from .ollama import models as ollama_models
@@ -24,4 +25,6 @@ ROUTERS = [admin.router, models.router, completions.router, chat.router, embeddi
            embeddings.native_router,
            # Ollama's API (errors in its shape: {"error": "..."})
            ollama_generate.router, ollama_models.router,
+           # llama-server's GET /tools (the MCP servers' tools, serve --mcp-config)
+           mcp.router,
            page.router]

@@ -23,6 +23,7 @@ from ...high.structured import engine_for
 from ..deps import served_model, token_limit
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES, BadRequestError
+from ..mcp.loop import asks_for_mcp, mcp_chat
 from ..registry import Served
 from ..request_fields import grammar_text, logit_bias, progress, token_entry
 from ..request_limits import check_messages
@@ -36,6 +37,8 @@ router = OPENAI.router()
 @router.post("/v1/chat/completions", response_model=ChatReply, responses=ERROR_RESPONSES)
 async def chat(body: ChatRequest, request: Request,
                served: Annotated[Served, Depends(served_model(ChatRequest))]) -> Any:
+    if asks_for_mcp(body.tools):  # each round of its loop comes back here
+        return await mcp_chat(body, request, served, chat)
     llama = served.llama
     check_fields(body)
     check_messages(request, body.messages, "messages")
