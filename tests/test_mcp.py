@@ -1,9 +1,9 @@
 """MCP tools on `llamaplug serve --mcp-config FILE`: a tiny stdio MCP server (tests/fixtures/mcp_lookup_server.py,
 the official `mcp` SDK) whose tools GET /tools lists and a chat request that asks for them gets run by the server.
 
-SmolLM2 is made to call the tool with tool_choice; the tool's answer (nothing a model could guess) comes back in
-the reply's mcp_calls, the loop stops at --mcp-max-steps, and a request that did not ask never starts the MCP
-server (its calls file stays as it was).
+SmolLM2 is made to call the tool with tool_choice; the MCP server's answer comes back in the reply's mcp_calls
+(and its calls file shows it ran), the loop stops at --mcp-max-steps, and a request that did not ask never
+starts the MCP server (its calls file stays as it was).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from llamaplug.errors import InvalidParameterError
 from llamaplug.high.mcp_tools import parse_config
 
 MAX_STEPS = 1
-FORCED = {"type": "function", "function": {"name": "lookup_secret_word"}}
+FORCED = {"type": "function", "function": {"name": "lookup_multiply"}}  # integers: short arguments
 # one call a round: a second call cut short by max_tokens would be half a call
 ONE_CALL = {"tool_choice": FORCED, "parallel_tool_calls": False, "max_tokens": 48, "temperature": 0}
-ASKED = [{"type": "mcp", "server_label": "lookup", "allowed_tools": ["secret_word"]}]
-QUESTION = [{"role": "user", "content": "What is the secret word for cats?"}]
+ASKED = [{"type": "mcp", "server_label": "lookup", "allowed_tools": ["multiply"]}]
+QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +89,11 @@ def test_the_server_runs_the_call_and_the_loop_is_bounded(server, calls):
     assert status == 200, reply
     runs = reply["mcp_calls"]
     # tool_choice holds in every round: it is called each round until the bound, then the model answers
-    assert len(runs) == MAX_STEPS and called(calls) == before + ["secret_word"] * MAX_STEPS
+    assert len(runs) == MAX_STEPS and called(calls) == before + ["multiply"] * MAX_STEPS
     for run in runs:
-        assert run["name"] == "lookup_secret_word" and run["server"] == "lookup" and not run["is_error"]
-        assert run["output"] == secret(json.loads(run["arguments"])["topic"])  # the MCP server's answer
+        assert run["name"] == "lookup_multiply" and run["server"] == "lookup" and not run["is_error"]
+        given = json.loads(run["arguments"])
+        assert run["output"] == str(given["a"] * given["b"])  # the MCP server's answer
     assert reply["choices"][0]["finish_reason"] != "tool_calls" and not reply["choices"][0]["message"].get("tool_calls")
     # the results were read: every round's prompt is in the usage, each longer than the last by a call and result
     assert reply["usage"]["prompt_tokens"] > (MAX_STEPS + 1) * 150
@@ -111,8 +112,9 @@ def test_streamed(server, calls):
     assert len({c["id"] for c in chunks}) == 1
     made = [c["choices"][0]["delta"]["mcp_call"] for c in chunks if c["choices"] and
             "mcp_call" in c["choices"][0]["delta"]]
-    assert len(made) == MAX_STEPS and all(m["output"].startswith("ZEBRA-") for m in made)
-    assert called(calls) == before + ["secret_word"] * MAX_STEPS
+    assert len(made) == MAX_STEPS and all(m["output"] == str(json.loads(m["arguments"])["a"] *
+                                                              json.loads(m["arguments"])["b"]) for m in made)
+    assert called(calls) == before + ["multiply"] * MAX_STEPS
     ends = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert len(ends) == 1 and ends[0] != "tool_calls" and chunks[-1]["usage"]["prompt_tokens"] > 0
 
@@ -120,12 +122,13 @@ def test_streamed(server, calls):
 def test_a_request_that_does_not_ask_runs_no_tool(server, calls):
     before = called(calls)
     # the same name as the MCP tool, as the request's own function: the client's to run, not the server's
-    own = [{"type": "function", "function": {"name": "lookup_secret_word", "parameters": {
-        "type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]}}}]
+    own = [{"type": "function", "function": {"name": "lookup_multiply", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"]}}}]
     status, reply = post_status(server, "/v1/chat/completions", {
         "messages": QUESTION, "tools": own, **ONE_CALL}, timeout=600)
     assert status == 200 and "mcp_calls" not in reply
-    assert reply["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "lookup_secret_word"
+    assert reply["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "lookup_multiply"
     assert called(calls) == before  # the MCP server was never started
 
 
@@ -187,7 +190,8 @@ def test_the_loop_with_a_scripted_model():
 
     request = types.SimpleNamespace(app=types.SimpleNamespace(state=types.SimpleNamespace(mcp=tools,
                                                                                           mcp_bounds=(3, 300.0))))
-    body = ChatRequest(model="m", messages=QUESTION, tools=ASKED, tool_choice="required")
+    body = ChatRequest(model="m", messages=QUESTION, tools=[{"type": "mcp", "server_label": "lookup"}],
+                       tool_choice="required")
     reply = json.loads(asyncio.run(mcp_chat(body, request, None, model)).body)
     assert [b.tool_choice for b in asked] == ["required"] * 3 + ["none"]
     assert [len(b.messages) for b in asked] == [1, 3, 5, 7]  # each round: the call, then its result
