@@ -77,10 +77,10 @@ class NgramModDrafter:
         if seq.pause:
             seq.pause -= 1
             return []
-        n_max = min(self.n_max, r.n_max, seq.cap)
-        out = self._follow(r.history, r.last, n_max)
-        if len(out) < min(self.n_min, n_max):
-            out = []
+        # As the pin: the chain is followed to n_max whatever room the request has left, and one shorter than
+        # n_min is no draft (near the end of max_tokens too); then the draft is cut to the room and the cap.
+        out = self._follow(r.history, r.last, self.n_max)
+        out = out[:min(r.n_max, seq.cap)] if len(out) >= self.n_min else []
         seq.pending = (len(r.history), out) if out else None
         return out
 
