@@ -264,6 +264,10 @@ def parser() -> argparse.ArgumentParser:
                             "servers may share DIR")
     serve.add_argument("--cache-disk-mib", type=int, default=4096, metavar="MIB",
                        help="the most MiB of files in --cache-dir, least recently used removed first (default 4096)")
+    serve.add_argument("--structured-engine", choices=["gbnf", "llguidance", "auto"], default="gbnf",
+                       help="what constrains replies to a JSON schema or grammar (response_format, json_schema, "
+                            "grammar; a request's structured_engine wins): gbnf (llama.cpp's, as llama-server; the "
+                            "default), llguidance (plugin llamaplug-llguidance), auto (llguidance when installed)")
     serve.add_argument("-b", "--batch-size", dest="n_batch", type=int, help="tokens per decode (n_batch)")
     serve.add_argument("-t", "--threads", type=int)
     serve.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF, help="seed for requests that give none")
@@ -291,10 +295,6 @@ def parser() -> argparse.ArgumentParser:
                        help="no new round of MCP tool calls after this long in one request (default 300s)")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"],
                        help="the library's log level (default: error; debug with --verbose). The server's own "
-    serve.add_argument("--structured-engine", choices=["gbnf", "llguidance", "auto"], default="gbnf",
-                       help="what constrains replies to a JSON schema or grammar (response_format, json_schema, "
-                            "grammar; a request's structured_engine wins): gbnf (llama.cpp's, as llama-server; the "
-                            "default), llguidance (plugin llamaplug-llguidance), auto (llguidance when installed)")
                             "lines (listening, one per request, stopped) show at every level but none")
     serve.add_argument("--log-format", choices=["text", "json"], default="text",
                        help="json: every log line one JSON object (time, level, logger, message, and the "
