@@ -27,10 +27,10 @@ if TYPE_CHECKING:
     from ..blocks.model import LlamaModel
     from .completion import Completion
 
-# What response_format takes: OpenAI's dict, or a pydantic model (class) whose JSON schema constrains the reply.
 ENGINES = ("gbnf", "llguidance", "auto")
 LLGUIDANCE = "llguidance"  # the name the plugin's sampler is registered under
 
+# What response_format takes: OpenAI's dict, or a pydantic model (class) whose JSON schema constrains the reply.
 ResponseFormat = dict[str, Any] | type[pydantic.BaseModel]
 
 
