@@ -15,7 +15,7 @@ import tracemalloc
 import urllib.request
 
 import pytest
-from llamaplug_testing import llama_server, llamaplug_server, post_json
+from llamaplug_testing import llama_server, llamaplug_server
 
 import llamaplug as lp
 from llamaplug import cli
@@ -182,19 +182,22 @@ def test_spec_types_without_a_drafter_here_are_refused_naming_them(argv):
 
 # -- the server: drafting by default, visible ----------------------------------------------------------------------
 CODE = ("def total(items):\n    result = 0\n    for item in items:\n        if item.price > 0:\n"
-        "            result += item.price * item.quantity\n    return result\n")
-COPY_PROMPTS = [
-    f"<|im_start|>user\nRepeat this code exactly:\n{CODE}<|im_end|>\n<|im_start|>assistant\n",
-    f"<|im_start|>user\nRename `items` to `basket` in this code:\n{CODE}<|im_end|>\n<|im_start|>assistant\n",
-    "<|im_start|>user\nQuote this sentence twice: " + REPEATING[:90] + "<|im_end|>\n<|im_start|>assistant\n",
-    f"<|im_start|>user\nCopy this JSON: {json.dumps(JSON_DOC)}<|im_end|>\n<|im_start|>assistant\n",
-]
-N_COPY = 96
+        "            result += item.price * item.quantity\n    return result\n\n")
+# Texts whose continuation copies them (a small model quotes reliably when the text repeats).
+COPY_PROMPTS = [REPEATING, CODE * 3, (json.dumps(JSON_DOC) + "\n") * 3, "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, " * 5]
+N_COPY = 64
+
+
+def _post(port: int, body: dict) -> dict:
+    # a loaded CI machine can take minutes over a reply: longer than post_json's 120 s
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=900) as resp:
+        return json.loads(resp.read())
 
 
 def _greedy(port: int) -> list[dict]:
-    return [post_json(port, "/completion", {"prompt": p, "n_predict": N_COPY, "temperature": 0, "cache_prompt": False})
-            for p in COPY_PROMPTS]
+    return [_post(port, {"prompt": p, "n_predict": N_COPY, "temperature": 0}) for p in COPY_PROMPTS]
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +210,7 @@ def served(smollm2_path):
 
 def test_serve_drafts_by_default_and_shows_it_in_timings_metrics_and_log(served):
     port, proc = served
-    reply = post_json(port, "/completion", {"prompt": COPY_PROMPTS[0], "n_predict": N_COPY, "temperature": 0})
+    reply = _post(port, {"prompt": COPY_PROMPTS[0], "n_predict": N_COPY, "temperature": 0})
     t = reply["timings"]
     assert t["draft_n"] > 0 and 0 < t["draft_n_accepted"] <= t["draft_n"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
