@@ -30,9 +30,9 @@ from .disk_store import open_disk_store
 from .embeddings import embed, rerank
 from .engine import Engine
 from .infill import check_text, infill_tokens
+from .jobs import Samplers, collect, collect_many, completion_job, completion_jobs, samplers_for
+from .jobs import response_grammar as response_grammar  # its home was here
 from .ngram_mod import NgramModDrafter
-from .requests import Samplers, collect, collect_many, completion_job, completion_jobs, samplers_for
-from .requests import response_grammar as response_grammar  # its home was here
 from .sampling_options import SamplingOptions, call_sampler, calls_samplers
 from .speculative import Drafter, ModelDrafter, NgramDrafter, check_vocab
 from .structured import ResponseFormat, with_parsed
@@ -196,9 +196,9 @@ class Llama:
         logprobs: int | None = None,
         special: bool = False,
         response_format: ResponseFormat | None = None,
+        structured_engine: str | None = None,
         **sampling: Unpack[SamplingOptions],
     ) -> Completion | Iterator[CompletionChunk]:
-        structured_engine: str | None = None,
         """Complete `prompt` (text, or token ids).
 
         max_tokens=None generates until EOS or a full context. The default
@@ -298,9 +298,9 @@ class Llama:
         parallel_tool_calls: bool | None = None,
         reasoning_budget_tokens: int | None = None,
         reasoning_budget_message: str | None = None,
+        structured_engine: str | None = None,
         **sampling: Unpack[SamplingOptions],
     ) -> ChatCompletion | Iterator[ChatCompletionChunk]:
-        structured_engine: str | None = None,
         """Reply to `messages` (OpenAI's shape) through the model's own chat template.
 
         The prompt, the tool-call grammar and the reading of the reply are llama.cpp's own chat
