@@ -79,6 +79,18 @@ def test_required_and_a_named_function_give_a_call(llama, case):
     _check_calls(calls, {"get_time"})
 
 
+def test_a_call_cut_by_max_tokens_ends_as_length(llama):
+    """A reply cut inside its call is "length", whole and streamed, as llama-server answers (finish_reason is
+    "tool_calls" only for a reply that ended by itself); it was "tool_calls" with half-written arguments."""
+    # 20 tokens: SmolLM2's call is named and its arguments begun ('{'), not finished
+    given = dict(tools=TOOLS, chat_template=(TEMPLATE_DIR / CASES["qwen2.5"][0]).read_text(), max_tokens=20,
+                 tool_choice="required")
+    choice = llama.create_chat_completion(ASK, **given).choices[0]
+    assert choice.message.tool_calls and choice.finish_reason == "length"
+    calls, finish = _streamed(list(llama.create_chat_completion(ASK, stream=True, **given)))
+    assert calls and finish == "length"
+
+
 QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris"}\n'
            '```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')

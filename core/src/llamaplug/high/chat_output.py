@@ -95,5 +95,9 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None  # stream_options {"include_usage": true}: the last chunk's, with no choices
 
 
-def finish_reason(reason: StopReason | None) -> FinishReason:
-    return "stop" if reason in (StopReason.EOS, StopReason.STOP_SEQUENCE, StopReason.CANCELLED) else "length"
+def finish_reason(reason: StopReason | None, calls: bool = False) -> FinishReason:
+    """OpenAI's finish_reason; a reply with calls that ended by itself is "tool_calls", one cut by a limit stays
+    "length" (its last call may be cut too), as llama-server's."""
+    if reason in (StopReason.EOS, StopReason.STOP_SEQUENCE, StopReason.CANCELLED):
+        return "tool_calls" if calls else "stop"
+    return "length"

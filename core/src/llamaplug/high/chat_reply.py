@@ -25,7 +25,7 @@ def as_chat(completion: Completion, model: str, plan: ChatPlan | None = None,
         calls = [_tool_call(c) for c in msg["tool_calls"]]
         response_format = response_format if response_format is not None else plan.response_format
     n_prompt, n_out = completion.timings.prompt_tokens, len(completion.tokens)  # media positions included
-    finish: FinishReason = "tool_calls" if calls else finish_reason(completion.stop_reason)
+    finish: FinishReason = finish_reason(completion.stop_reason, bool(calls))
     cls = model_class(response_format)
     parsed = parse_reply(cls, content, finish) if cls is not None and not calls else None
     message = ChatMessage(role="assistant", content=content, reasoning_content=reasoning, tool_calls=calls or None,

@@ -72,7 +72,7 @@ class ChatStream:
             diffs = self._parser.update(piece.text, partial=not final)
             out = [self.chunk(delta) for delta in map(self._delta, diffs) if delta is not None]
         if final:
-            finish = "tool_calls" if self.calls else finish_reason(piece.stop_reason)
+            finish = finish_reason(piece.stop_reason, bool(self.calls))
             out.append(self.chunk(Delta(), finish))
         return out
 
