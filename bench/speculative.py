@@ -136,7 +136,6 @@ def main() -> int:
 
     import llamaplug as lp
     from llamaplug.catalog import default_model, entries
-    from llamaplug.high.requests import chat_job
 
     bin_dir = native_bin()
     smollm2 = Path(default_model("smollm2-135m-instruct"))
@@ -162,7 +161,9 @@ def main() -> int:
         plain_llama = lp.Llama.load(lp.LlamaParams(target, **{**common, "draft_max": 16}))
         spec_llama = lp.Llama.load(lp.LlamaParams(target, **common, **spec))
         if not isinstance(prompt, str):  # chat messages: the template's text, special tokens spelled out
-            prompt = plain_llama.detokenize(chat_job(plain_llama, prompt)[0].prompt, special=True)
+            run = lp.start_chat(plain_llama, lp.ChatCall(lp.ChatSpec(prompt)))
+            prompt = plain_llama.detokenize(run.jobs[0].prompt, special=True)
+            run.close()
         runs = the_four(a, bin_dir, target, draft, prompt, plain_llama, spec_llama)
         for run in runs.values():  # warm-up: page cache, the Q8_0 file, our first-call costs
             run()
