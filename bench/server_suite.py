@@ -104,6 +104,7 @@ def main() -> int:
     ap.add_argument("--files", nargs="*", default=FILES)
     ap.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "llamaplug-server-suite-venv")
     ap.add_argument("--keep", type=Path, help="copy the suite here and keep it (default: a temporary directory)")
+    ap.add_argument("--reuse-native", action="store_true", help="take llama-server's results from --keep's last run")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "server_suite.json")
     args = ap.parse_args()
 
@@ -124,7 +125,10 @@ def main() -> int:
     ours.write_text(f'#!/bin/sh\nexec {sys.executable} -m llamaplug.cli serve "$@"\n')
     ours.chmod(0o755)
 
-    native = run_suite(python, suite, str(llama_server), args.files, model, work / "native.xml")
+    if args.reuse_native and (work / "native.xml").exists():  # llama-server's side of an earlier run in --keep
+        native = _results(work / "native.xml")
+    else:
+        native = run_suite(python, suite, str(llama_server), args.files, model, work / "native.xml")
     plug = run_suite(python, suite, str(ours), args.files, model, work / "llamaplug.xml")
     passed_native = {t for t, r in native.items() if r == "passed"}
     passed_both = {t for t in passed_native if plug.get(t) == "passed"}
