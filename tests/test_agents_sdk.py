@@ -79,8 +79,10 @@ def agent(model) -> Agent:
         name="Assistant", instructions="Use the tools.", model=model, tools=[get_weather, add],
         handoffs=[handoff(reporter, is_enabled=turn_of("transfer_to_reporter"),
                           on_handoff=lambda ctx: ctx.context.called.append("transfer_to_reporter"))],
-        # one call a turn (a second call cut by max_tokens would be half a call); kept forced after a call
-        model_settings=ModelSettings(tool_choice="required", parallel_tool_calls=False, max_tokens=40,
+        # one call a turn (a second call cut by max_tokens would be half a call); kept forced after a call. After
+        # its call the chat layer's grammar lets SmolLM2 write up to ~25 tokens of whitespace before the end: a
+        # limit inside them is a "length" reply (an incomplete response), as llama-server's, so room for them
+        model_settings=ModelSettings(tool_choice="required", parallel_tool_calls=False, max_tokens=80,
                                      temperature=0),
         reset_tool_choice=False)
 
