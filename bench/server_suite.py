@@ -105,7 +105,7 @@ def main() -> int:
     ap.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "llamaplug-server-suite-venv")
     ap.add_argument("--keep", type=Path, help="copy the suite here and keep it (default: a temporary directory)")
     ap.add_argument("--reuse-native", action="store_true", help="take llama-server's results from --keep's last run")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "server_suite.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "server_suite" / "latest.json")
     args = ap.parse_args()
 
     sys.path[:0] = [str(ROOT / "vendor" / "llama.cpp")]
