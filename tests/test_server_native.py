@@ -255,7 +255,7 @@ def test_openai_client_with_any_model_name_gets_the_same_text(both):
 
 def test_metrics_have_llama_servers_names_with_a_model_label(both, smollm2_path):
     text = both["ours"]["metrics"][1]
-    label = f'{{model="{Path(smollm2_path).name}"}}'
+    label = f'{{model="{Path(smollm2_path).stem}"}}'  # the served name: the file's, without .gguf (issue 48)
     for name in ("prompt_tokens_total", "tokens_predicted_total", "requests_processing", "requests_deferred",
                  "n_decode_total"):
         assert f"llamacpp:{name}{label} " in text, name

@@ -74,8 +74,10 @@ def test_required_and_a_named_function_give_a_call(llama, case):
     assert choice.finish_reason == "tool_calls" and not choice.message.content
     _check_calls([(c.function.name, c.function.arguments) for c in choice.message.tool_calls], set(SCHEMAS))
     calls, finish = _streamed(list(llama.create_chat_completion(ASK, tool_choice=NAMED, stream=True, **given)))
-    print(f"{name}: get_time, streamed -> {calls}")
-    assert finish == "tool_calls"
+    print(f"{name}: get_time, streamed -> {calls}, {finish}")
+    # Mistral's call ends with an "id" string the grammar leaves unbounded, and SmolLM2 writes digits in it until
+    # max_tokens: the call (name, arguments) is whole, the reply cut, so "length" as llama-server says
+    assert finish == ("length" if case == "mistral-nemo" else "tool_calls")
     _check_calls(calls, {"get_time"})
 
 
