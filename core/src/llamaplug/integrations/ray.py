@@ -65,12 +65,15 @@ class LlamaAppFactory:
 
     def __call__(self, n_threads: int) -> ASGIApp:
         from ..server.app import create_app
+        from ..server.model_specs import served_name
         from ..server.registry import load_warm
 
         params = self.params
         if "n_threads" not in params.model_fields_set:
             params = params.model_copy(update={"n_threads": n_threads})
-        return create_app(load_warm(params), model_id=self.model_id, api_key=self.api_key, pooling=self.pooling,
+        # named as `llamaplug serve` names a file (without .gguf), so a replica and a server list the same id
+        model_id = self.model_id or served_name(Path(params.model_path).name)
+        return create_app(load_warm(params), model_id=model_id, api_key=self.api_key, pooling=self.pooling,
                           **self.options)
 
 
