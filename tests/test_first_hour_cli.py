@@ -16,7 +16,7 @@ import urllib.request
 
 import openai
 import pytest
-from llamaplug_testing import llamaplug_server
+from llamaplug_testing import Terminal, llamaplug_server
 
 import llamaplug as lp
 
@@ -133,44 +133,31 @@ def test_chat_reads_turns_and_commands_from_stdin(smollm2_path, local):
 
 def test_chat_in_a_terminal_prompts_and_leaves_on_ctrl_d(smollm2_path):
     import pty
-    import select
     import time
 
     pid, fd = pty.fork()
     if pid == 0:  # the child: the chat on the pty
         os.execv(sys.executable, [sys.executable, "-m", "llamaplug.cli", "chat", str(smollm2_path), "--temp", "0",
                                   "-n", "4", "-c", "512", "-t", str(THREADS)])
-    seen = b""
-
-    def until(marker: bytes, count: int = 1, timeout: float = 120) -> None:
-        nonlocal seen
-        end = time.monotonic() + timeout
-        while seen.count(marker) < count:
-            assert time.monotonic() < end, seen[-500:]
-            if select.select([fd], [], [], 0.5)[0]:
-                try:
-                    seen += os.read(fd, 4096)
-                except OSError:
-                    break
-
+    term = Terminal(fd)
     try:
-        until(b">>> ")
+        term.until(b">>> ")
         os.write(fd, b"Hi\n")
         # The reply's end is the second prompt (a Ctrl-D sent while the reply streams can be lost when the line
         # editor takes the terminal back)
-        until(b">>> ", count=2)
+        term.until(b">>> ", count=2)
         os.write(fd, b"\x04")  # Ctrl-D
         end = time.monotonic() + 60
         while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
             if time.monotonic() > end:
                 os.kill(pid, 9)
                 os.waitpid(pid, 0)
-                raise AssertionError(f"the chat did not leave on Ctrl-D: {seen[-500:]!r}")
+                raise AssertionError(f"the chat did not leave on Ctrl-D: {term.seen[-500:]!r}")
             time.sleep(0.1)
         status = done[1]
     finally:
         os.close(fd)
-    assert b"/help for commands" in seen and os.waitstatus_to_exitcode(status) == 0
+    assert b"/help for commands" in term.seen and os.waitstatus_to_exitcode(status) == 0
 
 
 def test_chat_reasoning_is_dimmed_and_history_kept():

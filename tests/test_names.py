@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.tiny_gguf import model_bytes
-from llamaplug_testing import llamaplug_server
+from llamaplug_testing import Terminal, llamaplug_server
 from test_hub import FakeHub, hand_made_cache
 
 import llamaplug as lp
@@ -161,8 +161,6 @@ def test_serve_takes_hub_names_from_the_cache(cache, no_hub, tiny):
 
 def test_run_model_alone_is_a_conversation_in_a_terminal(llama):
     import pty
-    import select
-    import time
 
     want = llama.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=4,
                                         sampler=lp.SamplerChain().greedy()).choices[0].message.content
@@ -170,27 +168,15 @@ def test_run_model_alone_is_a_conversation_in_a_terminal(llama):
     if pid == 0:  # the child: `ollama run MODEL`'s habit, on a terminal
         os.execv(sys.executable, [sys.executable, "-m", "llamaplug.cli", "run", "smollm2-135m-instruct", "--temp", "0",
                                   "-n", "4", "-c", "2048", "-t", "2"])
-    seen = b""
-
-    def until(count: int, timeout: float = 120) -> None:
-        nonlocal seen
-        end = time.monotonic() + timeout
-        while seen.count(b">>> ") < count:
-            assert time.monotonic() < end, seen[-500:]
-            if select.select([fd], [], [], 0.5)[0]:
-                try:
-                    seen += os.read(fd, 4096)
-                except OSError:
-                    break
-
+    term = Terminal(fd)
     try:
-        until(1)
+        term.until(b">>> ")
         os.write(fd, b"Hi\n")
-        until(2)  # the reply, then the next prompt
+        term.until(b">>> ", count=2)  # the reply, then the next prompt
         os.write(fd, b"/bye\n")
         _, status = os.waitpid(pid, 0)
     finally:
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0
-    reply = seen.split(b">>> ")[1].decode().replace("\r\n", "\n")
+    reply = term.seen.split(b">>> ")[1].decode().replace("\r\n", "\n")
     assert reply == "Hi\n" + want + "\n", reply  # (the terminal echoes the line typed)

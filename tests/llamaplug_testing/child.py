@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -44,3 +46,21 @@ def run_isolated(code: str | Path, *args: str, env: Mapping[str, str | None] | N
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     assert lines, f"the child printed no {RESULT!r}line:\n{done.stdout[-2000:]}"
     return json.loads(lines[-1][len(RESULT):])
+
+
+class Terminal:
+    """What a child on the pty `fd` (pty.fork) has written, in `seen`, read as far as a marker."""
+
+    def __init__(self, fd: int):
+        self.fd, self.seen = fd, b""
+
+    def until(self, marker: bytes, count: int = 1, timeout: float = 120) -> None:
+        """Read until `marker` (the child's prompt, say) has shown `count` times, or the child has closed it."""
+        end = time.monotonic() + timeout
+        while self.seen.count(marker) < count:
+            assert time.monotonic() < end, self.seen[-500:]
+            if select.select([self.fd], [], [], 0.5)[0]:
+                try:
+                    self.seen += os.read(self.fd, 4096)
+                except OSError:  # the child has gone: the pty reads as an error
+                    break
