@@ -29,7 +29,7 @@ from ..high.jobs import collect_many, completion_jobs
 from ..high.structured import engine_for
 from ..params import SamplerParams
 from .dialects import NATIVE
-from .errors import BadRequestError
+from .errors import BadRequestError, exceeds_context
 from .native.schemas import NativeCompletionRequest
 from .openai.schemas import ChatRequest
 from .registry import Served
@@ -73,6 +73,14 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     results = [result(served, i, c, texts[i], settings, body.stop or [], body.return_tokens, body.post_sampling_probs)
                for i, c in enumerate(done)]
     return results[0] if len(results) == 1 else results
+
+
+def check_room(served: Served, tokens: list[int], param: str) -> None:
+    """A prompt the slot cannot hold with room for one token is llama-server's exceed_context_size_error (a 400
+    naming `param`), before the engine sees it."""
+    room = served.llama.engine.n_ctx_seq
+    if len(tokens) >= room:
+        raise exceeds_context(len(tokens), room, param)
 
 
 def result(served: Served, index: int, done: Completion, prompt: str, settings: dict[str, Any],

@@ -19,7 +19,7 @@ from ..deps import served_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, BadRequestError
 from ..registry import Served
-from ..shared import run
+from ..shared import check_room, run
 from ..streaming import off_loop
 from .schemas import NativeCompletionRequest
 
@@ -65,10 +65,5 @@ def prompt_tokens(served: Served, prompt: str | list[int | str]) -> list[int]:
             tokens.append(piece)
     if not tokens:
         raise BadRequestError("the prompt has no tokens", param="prompt")
-    room = served.llama.engine.n_ctx_seq
-    if len(tokens) >= room:
-        raise BadRequestError(f"request ({len(tokens)} tokens) exceeds the available context size ({room} "
-                              "tokens), try increasing it", param="prompt",
-                              native={"type": "exceed_context_size_error", "n_prompt_tokens": len(tokens),
-                                      "n_ctx": room})
+    check_room(served, tokens, "prompt")
     return tokens

@@ -16,7 +16,7 @@ from ..deps import served_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, BadRequestError
 from ..registry import Served
-from ..shared import run
+from ..shared import check_room, run
 from ..streaming import off_loop
 from .schemas import InfillRequest
 
@@ -31,10 +31,5 @@ async def infill(body: InfillRequest, request: Request,
     extra = [{"filename": e.filename, "text": e.text} for e in body.input_extra]
     tokens = await off_loop(lambda: infill_tokens(served.llama.model, body.input_prefix + body.prompt,
                                                   body.input_suffix, extra), request)
-    room = served.llama.engine.n_ctx_seq
-    if len(tokens) >= room:
-        raise BadRequestError(f"request ({len(tokens)} tokens) exceeds the available context size ({room} "
-                              "tokens), try increasing it", param="input_prefix",
-                              native={"type": "exceed_context_size_error", "n_prompt_tokens": len(tokens),
-                                      "n_ctx": room})
+    check_room(served, tokens, "input_prefix")
     return await run(request, served, body, [tokens], [body.prompt])
