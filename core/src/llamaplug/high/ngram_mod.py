@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .prefix_store import common_prefix
 from .speculative import DraftRequest
 
 MAX_ENTRIES = 1 << 17  # n-grams kept before the table is emptied (tests/test_drafting_default.py measures it)
@@ -118,10 +119,7 @@ class NgramModDrafter:
         assert seq.pending is not None
         at, draft = seq.pending
         seq.pending = None
-        kept = history[at + 1:at + 1 + len(draft)]
-        accepted = 0
-        while accepted < len(kept) and kept[accepted] == draft[accepted]:
-            accepted += 1
+        accepted = common_prefix(history[at + 1:at + 1 + len(draft)], draft)
         poor = accepted < _LOW * len(draft)
         seq.low = seq.low + 1 if poor else 0
         if not self.adaptive:
