@@ -245,6 +245,37 @@ def test_with_a_key_cors_is_llama_servers(theirs, smollm2_path):
         assert call(port, "POST", "/completion", {"prompt": PROMPT, "n_predict": 1}, {"Origin": EVIL})[0] == 401
 
 
+def _raw_names(port: int, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> list[str]:
+    """The response's header names as they came over the wire (the body read to its end)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        return [name for name, _ in resp.getheaders()]
+    finally:
+        conn.close()
+
+
+def test_header_names_are_spelled_as_llama_servers(theirs, ours):
+    """Issue 48 part 6: llama-server's own tests copy a response's headers into a plain dict and look for
+    `Access-Control-Allow-Origin`; uvicorn wrote every name in lower case. Each name both servers send, on a
+    JSON answer, a preflight, an error and an SSE stream, now has llama-server's spelling (failed before:
+    `access-control-allow-origin`, `content-type`)."""
+    origin = {"Origin": "http://localhost:5173"}
+    asks = [("GET", "/health", None, origin),
+            ("OPTIONS", "/completion", None, {**origin, "Access-Control-Request-Method": "POST"}),
+            ("POST", "/completion", b"{", {**origin, "Content-Type": "application/json"}),
+            ("POST", "/completion", json.dumps({"prompt": PROMPT, "n_predict": 2, "stream": True}).encode(),
+             {**origin, "Content-Type": "application/json"})]
+    for ask in asks:
+        expected = {n.lower(): n for n in _raw_names(theirs, *ask)}
+        got = {n.lower(): n for n in _raw_names(ours, *ask)}
+        shared = expected.keys() & got.keys()
+        assert {"access-control-allow-origin", "content-type"} <= shared or ask[0] == "OPTIONS", (ask, got)
+        assert {n: got[n] for n in shared} == {n: expected[n] for n in shared}, ask[:2]
+
+
 @pytest.mark.parametrize("alias", ["../canary", "a/b", "a\\b", "a\x00b", "tab\there", "x" * 10_000, " edge", ":latest"],
                          ids=["dotdot", "slash", "backslash", "nul", "control", "10k", "space", "empty"])
 def test_api_copy_refuses_a_name_that_is_not_plain(ours, smollm2_path, alias):

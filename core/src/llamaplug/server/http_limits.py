@@ -5,7 +5,8 @@ so their cap lives in the protocol: `protocol(max_header)` is uvicorn's httptool
 that answers 431 and closes the connection once a request's header section passes the cap
 (llama-server answers 400 at about 1 MiB and closes). Without httptools, uvicorn's h11
 protocol has the same cap as its h11_max_incomplete_event_size (`uvicorn_options`). The
-body's cap is the guard's (app.py), in the API's error shape.
+body's cap is the guard's (app.py), in the API's error shape. Either protocol writes the response's header names
+as llama-server does (header_case.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import importlib.util
 import json
 from typing import Any
+
+from . import header_case
 
 
 def uvicorn_options(max_header: int) -> dict[str, Any]:
@@ -22,7 +25,7 @@ def uvicorn_options(max_header: int) -> dict[str, Any]:
     (20 ms of every start) to answer upgrades with a refusal that plain HTTP gives as well.
     """
     if importlib.util.find_spec("httptools") is None:
-        return {"http": "h11", "h11_max_incomplete_event_size": max_header, "ws": "none"}
+        return {"http": _h11_protocol(), "h11_max_incomplete_event_size": max_header, "ws": "none"}
     return {"http": _httptools_protocol(max_header), "ws": "none"}
 
 
@@ -69,5 +72,19 @@ def _httptools_protocol(max_header: int) -> type:
         def on_headers_complete(self) -> None:
             self._in_head = False
             super().on_headers_complete()
+            header_case.title_heads(self.cycle)
 
     return CappedHttpTools
+
+
+def _h11_protocol() -> type:
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class TitledH11(H11Protocol):  # type: ignore[misc]
+        """uvicorn's h11 protocol, writing header names as llama-server does (header_case.py)."""
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            header_case.title_heads(self.cycle)
+
+    return TitledH11
