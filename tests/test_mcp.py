@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -199,3 +200,19 @@ def test_the_loop_with_a_scripted_model():
     assert asked[-1].messages[2] == {"role": "tool", "tool_call_id": "call1", "content": secret("cats")}
     assert [c["output"] for c in reply["mcp_calls"]] == [secret("cats")] * 3
     assert reply["choices"][0]["message"]["content"] == "done" and reply["usage"]["total_tokens"] == 4 * 110
+
+
+def test_chat_in_the_terminal_runs_the_calls(smollm2_path, config, calls):
+    """`llamaplug chat --mcp-config`: the same loop (high/mcp_loop.py) in the terminal, each call one line."""
+    before = called(calls)
+    done = subprocess.run([sys.executable, "-m", "llamaplug.cli", "chat", str(smollm2_path), "--temp", "0", "-n", "48",
+                           "-c", "2048", "-t", "1", "--chat-template", "chatml-tools", "--mcp-config", str(config),
+                           "--tool-choice", "lookup_multiply", "--mcp-max-steps", str(MAX_STEPS)],
+                          input="What is 6 times 7?\n", capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    shown = [line.split(" ", 2) for line in done.stdout.splitlines() if line.startswith("[mcp] ")]
+    assert len(shown) == MAX_STEPS and called(calls) == before + ["multiply"] * MAX_STEPS, done.stdout
+    for _, name, rest in shown:
+        arguments, output = rest.split(" -> ")
+        given = json.loads(arguments)
+        assert name == "lookup_multiply" and output == str(given["a"] * given["b"])  # the MCP server's answer

@@ -88,8 +88,9 @@ def read_turn(stdin: IO[str], prompt: str | None) -> str | None:
 
 
 def repl(llama: Any, sampling: dict[str, Any], max_tokens: int | None = None, system: str | None = None,
-         stdin: IO[str] | None = None, out: IO[str] | None = None) -> int:
-    """Chat with `llama` until /bye or the end of input; `sampling` are create_chat_completion's keywords."""
+         stdin: IO[str] | None = None, out: IO[str] | None = None, mcp: Any = None) -> int:
+    """Chat with `llama` until /bye or the end of input; `sampling` are create_chat_completion's keywords.
+    `mcp`: chat_mcp.McpChat (--mcp-config), whose tools the model may call in each turn."""
     stdin = stdin or sys.stdin
     out = out or sys.stdout
     interactive = stdin.isatty()
@@ -101,7 +102,7 @@ def repl(llama: Any, sampling: dict[str, Any], max_tokens: int | None = None, sy
         out.write(f"chatting with {llama.params.model_path.name}: /help for commands, /bye or Ctrl-D to leave\n")
     prompt = ">>> " if interactive else None
     printer = ReasoningPrinter(out, dim=out.isatty())
-    history: list[dict[str, str]] = []
+    history: list[dict[str, Any]] = []
     while True:
         try:
             text = read_turn(stdin, prompt)
@@ -133,7 +134,11 @@ def repl(llama: Any, sampling: dict[str, Any], max_tokens: int | None = None, sy
         history.append({"role": "user", "content": text})
         messages = ([{"role": "system", "content": system}] if system else []) + history
         try:
-            reply = stream_reply(llama, messages, max_tokens, sampling, printer)
+            if mcp is not None:  # the calls and their results stay in the conversation
+                reply, made = mcp.reply(llama, messages, max_tokens, sampling, printer)
+                history[len(history):] = made
+            else:
+                reply = stream_reply(llama, messages, max_tokens, sampling, printer)
         except KeyboardInterrupt:
             printer.finish()
             out.write("(stopped)\n")
@@ -143,15 +148,19 @@ def repl(llama: Any, sampling: dict[str, Any], max_tokens: int | None = None, sy
         history.append({"role": "assistant", "content": reply})
 
 
-def stream_reply(llama: Any, messages: list[dict[str, str]], max_tokens: int | None, sampling: dict[str, Any],
-                 printer: ReasoningPrinter) -> str:
+def stream_reply(llama: Any, messages: list[dict[str, Any]], max_tokens: int | None, sampling: dict[str, Any],
+                 printer: ReasoningPrinter, ending: list[Any] | None = None) -> str:
     """Stream the reply to `messages` through `printer` (its thinking between <think> tags, dimmed on a
-    terminal); returns its content. Ctrl-C (KeyboardInterrupt) cancels the generation and is raised again."""
+    terminal); returns its content. Ctrl-C (KeyboardInterrupt) cancels the generation and is raised again.
+    `ending` (chat_mcp's rounds) gets each chunk's choice that carries tool calls or a finish_reason."""
     reply = []
     thinking = False  # the chat layer streams the thinking apart (delta.reasoning_content): shown dimmed
     stream = llama.create_chat_completion(messages, max_tokens=max_tokens, stream=True, **sampling)
     try:
         for chunk in stream:
+            if ending is not None and chunk.choices and (chunk.choices[0].delta.tool_calls or
+                                                         chunk.choices[0].finish_reason):
+                ending.append(chunk.choices[0])
             delta = chunk.choices[0].delta if chunk.choices else None
             if delta is not None and delta.reasoning_content:
                 if not thinking:

@@ -200,6 +200,19 @@ def parser() -> argparse.ArgumentParser:
     chat.add_argument("--log", choices=["debug", "info", "warning", "error", "none"])
     chat.add_argument("-ngl", "--n-gpu-layers", default="auto", help='"auto" (fit to free memory), "all" or a count')
     _add_draft_arguments(chat)
+    chat.add_argument("--chat-template", metavar="JINJA_TEMPLATE",
+                      help="the chat template: Jinja text, or a name of llama.cpp's built-in templates "
+                           "(chatml-tools for tools on a model whose own template has none)")
+    chat.add_argument("--mcp-config", "--mcp-servers-config", dest="mcp_config", metavar="FILE",
+                      help="MCP servers whose tools the model may call (serve's llama-server JSON); each call is "
+                           "run and shown as a line")
+    chat.add_argument("--tool-choice", metavar="auto|required|none|NAME", default=None,
+                      help="whether the model must call an MCP tool (NAME: that one, <server>_<tool>) in each round "
+                           "(default auto)")
+    chat.add_argument("--mcp-max-steps", type=_positive, default=8, metavar="N",
+                      help="rounds of MCP tool calls one turn may run before its last answer (default 8)")
+    chat.add_argument("--mcp-timeout", type=_seconds, default=300.0, metavar="DURATION",
+                      help="the most time one turn's MCP tool calls may take (default 300s)")
     chat.set_defaults(func=cmd_chat)
     inspect = sub.add_parser("inspect", help="a GGUF file's metadata, tensors, vocabulary and chat template",
                              description="Show what a GGUF file holds, read by llamaplug's own reader "
@@ -292,7 +305,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--mcp-max-steps", type=_positive, default=8, metavar="N",
                        help="rounds of MCP tool calls one request may run before its last answer (default 8)")
     serve.add_argument("--mcp-timeout", type=_seconds, default=300.0, metavar="DURATION",
-                       help="no new round of MCP tool calls after this long in one request (default 300s)")
+                       help="the most time one request's MCP tool calls may take: a call still running then is "
+                            "stopped, and one last round answers (default 300s)")
     serve.add_argument("--log", choices=["debug", "info", "warning", "error", "none"],
                        help="the library's log level (default: error; debug with --verbose). The server's own "
                             "lines (listening, one per request, stopped) show at every level but none")

@@ -125,8 +125,34 @@ def cmd_chat(args: argparse.Namespace) -> int:
     model = args.model_arg or args.model or getattr(args, "hf_repo", None)
     path = model_path(model) if model else default_model(args.catalog)
     extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
+    mcp = _mcp_chat(args)  # before the model loads: a bad config or server fails fast
     with Llama.load(path, n_ctx=args.ctx_size, log_level=args.log, n_gpu_layers=args.n_gpu_layers, **extra,
                     **draft_params(args)) as llama:
-        sampling = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p,
-                    "repeat_penalty": args.repeat_penalty, "seed": args.seed}
-        return repl(llama, sampling, None if args.n_predict < 0 else args.n_predict, args.system)
+        sampling: dict[str, object] = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p,
+                                       "min_p": args.min_p, "repeat_penalty": args.repeat_penalty, "seed": args.seed}
+        if args.chat_template is not None:
+            sampling["chat_template"] = args.chat_template
+        return repl(llama, sampling, None if args.n_predict < 0 else args.n_predict, args.system, mcp=mcp)
+
+
+def _mcp_chat(args: argparse.Namespace) -> object | None:
+    """chat's MCP tools (--mcp-config), listed once; None without a config."""
+    from ..errors import InvalidParameterError
+
+    if args.mcp_config is None:
+        if args.tool_choice is not None:
+            raise InvalidParameterError("--tool-choice is for MCP tools: give --mcp-config FILE", field="tool_choice")
+        return None
+    import asyncio
+
+    from ..chat_mcp import McpChat
+    from ..high.mcp_tools import McpTools
+
+    tools = asyncio.run(McpTools.from_config(args.mcp_config).start())
+    choice: str | dict[str, object] | None = args.tool_choice
+    if choice not in (None, "auto", "required", "none"):
+        if choice not in tools.tools:
+            raise InvalidParameterError(f"--tool-choice {choice}: no such MCP tool (one of auto, required, none, "
+                                        f"{', '.join(tools.tools)})", field="tool_choice")
+        choice = {"type": "function", "function": {"name": choice}}
+    return McpChat(tools, choice, args.mcp_max_steps, args.mcp_timeout)

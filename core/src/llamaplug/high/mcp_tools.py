@@ -106,6 +106,9 @@ def parse_config(config: Any, where: str = "the MCP config") -> list[McpServer]:
 class McpTools:
     """The tools of the configured servers, listed by `start()`; `call()` runs one."""
 
+    # call()'s result when its `limit`, not the server's own timeout, stopped it
+    OUT_OF_TIME = McpResult("error: out of time", True)
+
     def __init__(self, servers: Sequence[McpServer]) -> None:
         self.servers = {s.name: s for s in servers}
         self.tools: dict[str, McpTool] = {}
@@ -131,8 +134,9 @@ class McpTools:
             raise KeyError(server)
         return [t for t in self.tools.values() if t.server == server and (allowed is None or t.tool in allowed)]
 
-    async def call(self, name: str, arguments: str) -> McpResult:
-        """Run the tool the model called `name` with its JSON `arguments`; a failure is a result the model reads."""
+    async def call(self, name: str, arguments: str, limit: float | None = None) -> McpResult:
+        """Run the tool the model called `name` with its JSON `arguments`; a failure is a result the model reads.
+        `limit`: the seconds the caller has left (OUT_OF_TIME when they run out before the server's timeout)."""
         tool = self.tools[name]
         try:
             given = json.loads(arguments) if arguments.strip() else {}
@@ -146,9 +150,12 @@ class McpTools:
             async with _client(server) as client:
                 return await client.call_tool(tool.tool, given)
 
+        cut = limit is not None and limit < server.timeout
         try:
-            result = await asyncio.wait_for(run(), server.timeout)
+            result = await asyncio.wait_for(run(), limit if cut else server.timeout)
         except asyncio.TimeoutError:
+            if cut:
+                return self.OUT_OF_TIME
             return McpResult(f"error: {name} took more than {server.timeout:g} s", True)
         except Exception as exc:  # the server's failure is the call's result, not the request's
             log.warning("MCP tool %s failed: %s", name, exc)

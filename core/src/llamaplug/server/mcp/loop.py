@@ -10,8 +10,10 @@ round has tool_choice "none", so the model answers with what it has. A call to o
 functions ends the loop: that reply goes back as it is, for the client to run its tool.
 
 The reply is the last round's, with `mcp_calls` (each call run: `id`, `name`, `server`, `tool`, `arguments`,
-`output`, `is_error`) and the usage of every round summed. Streamed, each call is a chunk whose delta has
-`mcp_call` (sent when its result is in), then the last round's reply as chunks.
+`output`, `is_error`), the usage of every round summed, and `mcp_stopped` ("max_steps" or "timeout") when a bound
+ended the calls. Streamed, each call is a chunk whose delta has `mcp_call` (sent when its result is in), a chunk
+whose delta has `mcp_stopped` if a bound ended them, then the last round's reply as chunks. The loop itself is
+high/mcp_loop.py's (`llamaplug chat --mcp-config` runs the same).
 """
 
 from __future__ import annotations
@@ -26,12 +28,10 @@ from fastapi import Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from ...high.mcp_loop import DEFAULT_BOUNDS, McpLoop
 from ...high.mcp_tools import McpTool, McpTools
 from ..api_error import ApiError, BadRequestError
 from ..dialects import OPENAI
-
-# serve's --mcp-max-steps and --mcp-timeout (seconds) defaults
-DEFAULT_BOUNDS = (8, 300.0)
 
 Answer = Callable[[Any, Request, Any], Awaitable[Any]]
 
@@ -60,7 +60,7 @@ async def mcp_chat(body: Any, request: Request, served: Any, answer: Answer) -> 
                 records.append(item)
             else:
                 reply = item
-        return JSONResponse({**jsonable_encoder(loop.summed(reply)), "mcp_calls": records})
+        return JSONResponse({**jsonable_encoder(loop.summed(reply)), "mcp_calls": records, **loop.stopped})
     first = await loop.first()  # a bad request is a 4xx before the stream starts
     return StreamingResponse(loop.stream(first), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
@@ -87,22 +87,21 @@ def _tools(given: list[Any], configured: McpTools) -> tuple[list[dict[str, Any]]
 
 
 class _Loop:
+    """high.mcp_loop's loop, each round asked of the chat route; the usage of every round summed."""
+
     def __init__(self, body: Any, request: Request, served: Any, answer: Answer, configured: McpTools,
                  offered: dict[str, McpTool], functions: list[dict[str, Any]], max_steps: int,
                  timeout: float) -> None:
         self.body, self.request, self.served, self.answer = body, request, served, answer
-        self.configured, self.offered, self.functions = configured, offered, functions
-        self.max_steps, self.deadline = max_steps, time.monotonic() + timeout
-        self.messages = list(body.messages)
-        self.steps = 0
+        self.functions = functions
+        self.loop = McpLoop(configured, offered, body.messages, max_steps, timeout)
         self.usage = [0, 0]
 
     async def first(self) -> Any:
-        return await self._ask()
+        return await self._ask(list(self.loop.messages), self.loop.last())
 
-    async def _ask(self) -> Any:
-        last = self.steps >= self.max_steps or time.monotonic() >= self.deadline
-        update: dict[str, Any] = {"messages": list(self.messages), "tools": self.functions, "stream": False}
+    async def _ask(self, messages: list[dict[str, Any]], last: bool) -> Any:
+        update: dict[str, Any] = {"messages": messages, "tools": self.functions, "stream": False}
         if last:
             update["tool_choice"] = "none"
         reply = await self.answer(self.body.model_copy(update=update), self.request, self.served)
@@ -111,27 +110,13 @@ class _Loop:
             self.usage[1] += reply.usage.completion_tokens
         return reply
 
-    async def rounds(self, reply: Any = None) -> AsyncIterator[tuple[str, Any]]:
-        """("call", record) for each call run, then ("reply", the last round's reply)."""
-        while True:
-            reply = reply if reply is not None else await self._ask()
-            message = reply.choices[0].message
-            calls = message.tool_calls or []
-            if not calls or any(c.function.name not in self.offered or not _json(c.function.arguments)
-                                for c in calls) or reply.choices[0].finish_reason != "tool_calls":
-                yield "reply", reply
-                return
-            self.messages.append({"role": "assistant", "content": message.content,
-                                  "tool_calls": [c.model_dump() for c in calls]})
-            for call in calls:
-                tool = self.offered[call.function.name]
-                result = await self.configured.call(tool.name, call.function.arguments)
-                self.messages.append({"role": "tool", "tool_call_id": call.id, "content": result.text})
-                yield "call", {"id": call.id, "name": tool.name, "server": tool.server, "tool": tool.tool,
-                               "arguments": call.function.arguments, "output": result.text,
-                               "is_error": result.is_error}
-            self.steps += 1
-            reply = None
+    def rounds(self, reply: Any = None) -> AsyncIterator[tuple[str, Any]]:
+        return self.loop.rounds(self._ask, reply)
+
+    @property
+    def stopped(self) -> dict[str, Any]:
+        """The reply's `mcp_stopped` when a bound ended the calls: which one."""
+        return {} if self.loop.stopped is None else {"mcp_stopped": self.loop.stopped}
 
     def summed(self, reply: Any) -> Any:
         usage = reply.usage.model_copy(update={"prompt_tokens": self.usage[0], "completion_tokens": self.usage[1],
@@ -152,6 +137,8 @@ class _Loop:
                 if kind == "call":
                     yield chunk({"mcp_call": item})
                     continue
+                if self.loop.stopped:
+                    yield chunk({"mcp_stopped": self.loop.stopped})
                 choice = item.choices[0]
                 if choice.message.content:
                     yield chunk({"content": choice.message.content})
@@ -172,15 +159,6 @@ class _Loop:
                 raise
             yield OPENAI.stream_error(exc)
         yield "data: [DONE]\n\n"
-
-
-def _json(arguments: str) -> bool:
-    """Whether a call's arguments are whole JSON (a call cut short ends the loop: the template cannot show it)."""
-    try:
-        json.loads(arguments or "{}")
-    except ValueError:
-        return False
-    return True
 
 
 def _event(payload: dict[str, Any]) -> str:
