@@ -276,6 +276,56 @@ def test_header_names_are_spelled_as_llama_servers(theirs, ours):
         assert {n: got[n] for n in shared} == {n: expected[n] for n in shared}, ask[:2]
 
 
+def test_cors_proxy_is_llama_servers(theirs, ours, smollm2_path):
+    """Issue 48 part 6: llama-server's --ui-mcp-proxy (GET/POST /cors-proxy?url=...): 403 without the flag, as
+    the pin's llama-server answers; with it, only the headers the page names x-llama-server-proxy-header-* go
+    to the target (the page's key and cookies never leave), a POST's body goes as it came, the target's status
+    (a 204 too), type and body come back; a URL the proxy may not ask is a 400 naming it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Target(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.server.seen.append((dict(self.headers), b""))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"ok": true}')
+
+        def do_POST(self):
+            self.server.seen.append((dict(self.headers), self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    assert call(theirs, "GET", "/cors-proxy")[0] == call(ours, "GET", "/cors-proxy")[0] == 403
+    target = ThreadingHTTPServer(("127.0.0.1", 0), Target)
+    target.seen = []
+    threading.Thread(target=target.serve_forever, daemon=True).start()
+    url = f"/cors-proxy?url=http://127.0.0.1:{target.server_port}/capture"
+    try:
+        with llamaplug_server(smollm2_path, "-np", "1", "-c", CTX, "--api-key", "k", "--ui-mcp-proxy") as (port, _):
+            sent = {"Authorization": "Bearer k", "Cookie": "session=secret", "X-Api-Key": "k",
+                    "x-llama-server-proxy-header-accept": "application/json",
+                    "x-llama-server-proxy-header-authorization": "Bearer explicit"}
+            status, headers, body = call(port, "GET", url, None, sent)
+            assert (status, headers["content-type"], body) == (200, "application/json", {"ok": True})
+            seen = {k.lower(): v for k, v in target.seen[-1][0].items()}
+            assert seen["accept"] == "application/json" and seen["authorization"] == "Bearer explicit"
+            assert not {"cookie", "x-api-key", "content-type"} & seen.keys(), seen
+            status, _, body = call(port, "POST", url, b'{"jsonrpc": "2.0"}', {"Authorization": "Bearer k"})
+            assert (status, body, target.seen[-1][1]) == (204, None, b'{"jsonrpc": "2.0"}')
+            for bad in ("file:///etc/passwd", "http://user:pw@127.0.0.1/", "nohost"):
+                status, _, error = call(port, "GET", f"/cors-proxy?url={bad}", None, {"Authorization": "Bearer k"})
+                assert status == 400 and "target URL" in error["error"]["message"], error
+            assert call(port, "GET", url)[0] == 401  # the key is still asked for
+    finally:
+        target.shutdown()
+        target.server_close()
+
+
 @pytest.mark.parametrize("alias", ["../canary", "a/b", "a\\b", "a\x00b", "tab\there", "x" * 10_000, " edge", ":latest"],
                          ids=["dotdot", "slash", "backslash", "nul", "control", "10k", "space", "empty"])
 def test_api_copy_refuses_a_name_that_is_not_plain(ours, smollm2_path, alias):

@@ -338,7 +338,7 @@ def test_llama_server_flags_we_have(argv, dest, value):
 
 
 @pytest.mark.parametrize("flag", ["--ssl-key-file", "--yarn-beta-fast", "--spm-infill", "--ubatch-size",
-                                  "--no-webui-mcp-proxy"])
+                                  "--tools"])
 def test_a_llama_server_flag_we_lack_is_an_error_naming_it(flag, capsys):
     from llamaplug.cli import parser
 

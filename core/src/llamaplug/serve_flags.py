@@ -219,6 +219,12 @@ def add_llama_server_flags(serve: argparse.ArgumentParser) -> None:
         serve.add_argument("--webui", "--ui", dest="webui", action=argparse.BooleanOptionalAction, default=True,
                            help="the chat page at / (default: on; --no-webui: / and the page's files answer 404, "
                                 "as llama-server's)")
+    if "--ui-mcp-proxy" not in have:
+        serve.add_argument("--ui-mcp-proxy", "--webui-mcp-proxy", dest="ui_mcp_proxy",
+                           action=argparse.BooleanOptionalAction, default=False,
+                           help="GET/POST /cors-proxy?url=URL, llama-server's MCP CORS proxy for browser pages: "
+                                "any server can reach any URL through it, do not enable in untrusted "
+                                "environments (default: off, 403)")
     if "--shutdown-timeout" not in have:
         serve.add_argument("--shutdown-timeout", type=_seconds, default=5.0, metavar="SECONDS",
                            help="on SIGTERM or Ctrl-C, how long running requests may go on before their streams "

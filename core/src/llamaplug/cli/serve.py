@@ -140,6 +140,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app.state.responses = response_store.ResponseStore(
         args.responses_db or response_store.default_path(), args.responses_max_age,
         args.responses_max_mib * 2**20) if args.responses_store else None
+    app.state.ui_mcp_proxy = args.ui_mcp_proxy
+    if args.ui_mcp_proxy:
+        serve_log.log.warning("--ui-mcp-proxy: /cors-proxy forwards requests to any URL (experimental)")
     if args.mcp_config is not None:  # the servers are started once here to list their tools, then per call
         import asyncio
 

@@ -8,7 +8,7 @@ built with. A new endpoint family is one new package, its routers listed here.
 
 from __future__ import annotations
 
-from . import admin, page
+from . import admin, cors_proxy, page
 from .anthropic import messages
 from .mcp import routes as mcp
 from .native import completion, infill, props, rerank, templates, tokens
@@ -27,4 +27,6 @@ ROUTERS = [admin.router, models.router, completions.router, chat.router, embeddi
            ollama_generate.router, ollama_models.router,
            # llama-server's GET /tools (the MCP servers' tools, serve --mcp-config)
            mcp.router,
+           # llama-server's MCP CORS proxy for browser pages (serve --ui-mcp-proxy)
+           cors_proxy.router,
            page.router]
