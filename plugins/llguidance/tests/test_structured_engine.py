@@ -133,3 +133,57 @@ def test_the_server_flag_and_the_request_field(llguidance_server) -> None:
     assert status == 200 and body["choices"][0]["message"]["content"] in ("yes", "no"), body
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as resp:
         assert resp.status == 200
+
+
+def _anthropic(body: dict) -> str:
+    return "".join(b.get("text", "") for b in body["content"])
+
+
+def _responses(body: dict) -> str:
+    return "".join(p["text"] for item in body["output"] if item["type"] == "message" for p in item["content"])
+
+
+def test_the_request_field_on_the_other_api_families(llguidance_server, smollm2_path) -> None:
+    """Anthropic's output_config.format, Responses' text.format, Ollama's format (chat, generate, raw generate):
+    each constrained by the server's flag (llguidance: the pattern holds, uniqueItems is a 400 naming it in the
+    family's error shape), the request's structured_engine winning over it, a bad one a 400 naming the field."""
+    from llamaplug_testing.servers import post_status
+
+    port, name = llguidance_server, smollm2_path.stem
+    families = {  # path -> (the request for a schema, the reply's text, the error's message)
+        "/v1/messages": (lambda s, n=40: {"model": name, "messages": ASK, "max_tokens": n, "temperature": 0,
+                                          "output_config": {"format": {"type": "json_schema", "schema": s}}},
+                         _anthropic, lambda b: b["type"] == "error" and b["error"]["message"]),
+        "/v1/responses": (lambda s, n=40: {"model": name, "input": ASK[0]["content"], "max_output_tokens": n,
+                                           "temperature": 0, "store": False,
+                                           "text": {"format": {"type": "json_schema", "name": "answer", "schema": s}}},
+                          _responses, lambda b: b["error"]["message"]),
+        "/api/chat": (lambda s, n=40: {"model": name, "messages": ASK, "stream": False, "format": s,
+                                       "options": {"temperature": 0, "num_predict": n}},
+                      lambda b: b["message"]["content"], lambda b: b["error"]),
+        "/api/generate": (lambda s, n=40: {"model": name, "prompt": ASK[0]["content"], "stream": False,
+                                           "format": s, "options": {"temperature": 0, "num_predict": n}},
+                          lambda b: b["response"], lambda b: b["error"]),
+    }
+    for path, (ask, text, error) in families.items():
+        status, body = post_status(port, path, ask(CODE))
+        assert status == 200, (path, body)
+        print(f"{path} llguidance: {text(body)!r}")
+        jsonschema.validate(json.loads(text(body)), CODE)  # the flag's llguidance: the pattern held
+        status, body = post_status(port, path, ask(UNIQUE))
+        assert status == 400 and "uniqueItems" in error(body), (path, body)
+        status, body = post_status(port, path, {**ask(UNIQUE, 12), "structured_engine": "gbnf"})
+        # GBNF takes it loosely (/api/generate gives the reply as written: the chat layer's ```json fence too)
+        assert status == 200 and "[" in text(body), (path, body)
+        status, body = post_status(port, path, {**ask(CODE), "structured_engine": "xgrammar"})
+        assert status == 400 and "structured_engine" in error(body), (path, body)
+    # /api/generate raw: the prompt as it is, constrained as /completion's json_schema
+    raw = {"model": name, "prompt": "Code: ", "raw": True, "stream": False, "format": CODE,
+           "options": {"temperature": 0, "num_predict": 40}}
+    status, body = post_status(port, "/api/generate", raw)
+    assert status == 200, body
+    jsonschema.validate(json.loads(body["response"]), CODE)
+    status, body = post_status(port, "/api/generate", {**raw, "format": UNIQUE})
+    assert status == 400 and "uniqueItems" in body["error"], body
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as resp:
+        assert resp.status == 200

@@ -57,7 +57,8 @@ async def messages(body: MessagesRequest, request: Request,
                                   **({"parallel_tool_calls": False} if one_call else {}))
     # an empty list is answered as llama-server does: a reply to the template's own prompt
     call = ChatCall(ChatSpec(chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
-                             response_format=chat.response_format, **options),
+                             response_format=chat.response_format, structured_engine=body.structured_engine,
+                             **options),
                     chat.sampling(llama.params.seed, served.sampling), max_tokens=chat.max_tokens, stop=chat.stop,
                     allow_empty=True, model=served.id)
     run = await off_loop(lambda: start_chat(llama, call), request)

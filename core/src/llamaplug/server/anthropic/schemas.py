@@ -139,6 +139,9 @@ class MessagesRequest(_Body):
     tool_choice: ToolChoice | None = None
     metadata: dict[str, Any] | None = None
     output_config: OutputConfig | None = None
+    structured_engine: Literal["gbnf", "llguidance", "auto"] | None = Field(
+        None, description="llamaplug's: what constrains the reply to output_config.format (default: the server's "
+                          "--structured-engine)")
     thinking: ThinkingConfig | None = None
 
     def enable_thinking(self) -> bool | None:

@@ -110,7 +110,8 @@ async def chat(body: ChatRequest, request: Request, lease: Annotated[Leased, Dep
 
     def build() -> ChatRun:
         spec = ChatSpec(chat_messages(body.messages), tools=body.tools or None, tool_choice=body.tool_choice,
-                        response_format=response_format(body.format), **options)
+                        response_format=response_format(body.format), structured_engine=body.structured_engine,
+                        **options)
         return start_chat(llama, ChatCall(spec, sampling.params, max_tokens=limit, stop=sampling.stop,
                                           model=served.id))
 
@@ -154,14 +155,15 @@ async def generate(body: GenerateRequest, request: Request,
     if body.suffix:
         tokens = infill_tokens(llama.model, prompt, body.suffix)
         job = completion_job(llama, tokens, limit, sampling.params.build_chain(llama.model), sampling.stop, None,
-                             False, form, own_sampler=True)
+                             False, form, own_sampler=True, structured_engine=body.structured_engine)
     elif body.raw:
         job = completion_job(llama, prompt, limit, sampling.params.build_chain(llama.model), sampling.stop, None,
-                             True, form, own_sampler=True)
+                             True, form, own_sampler=True, structured_engine=body.structured_engine)
     else:
         messages = [Message(role="system", content=body.system)] if body.system else []
         messages.append(Message(role="user", content=prompt, images=body.images))
-        call = ChatCall(ChatSpec(chat_messages(messages), response_format=form, **served.chat_options()),
+        call = ChatCall(ChatSpec(chat_messages(messages), response_format=form,
+                                 structured_engine=body.structured_engine, **served.chat_options()),
                         sampling.params, max_tokens=limit, stop=sampling.stop, model=served.id)
         run = await off_loop(lambda: start_chat(llama, call), request)
     # (a chat's reply goes back as the model wrote it: no reading of its reasoning or calls, as Ollama's)

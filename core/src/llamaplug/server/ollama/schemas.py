@@ -54,6 +54,9 @@ class _Generating(_Body):
     options: dict[str, Any] | None = None
     keep_alive: Duration | None = None
     think: bool | Literal["low", "medium", "high", "max"] | None = None
+    structured_engine: Literal["gbnf", "llguidance", "auto"] | None = Field(
+        None, description="llamaplug's, not Ollama's: what constrains the reply to `format` (default: the "
+                          "server's --structured-engine)")
 
 
 class ChatRequest(_Generating):

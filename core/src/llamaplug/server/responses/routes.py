@@ -28,6 +28,8 @@ from ...high.completion import CompletionTimings
 from ..deps import served_model, token_limit
 from ..dialects import RESPONSES, named_event
 from ..errors import ERROR_RESPONSES, BadRequestError, NotFoundError
+from ..mcp.loop import asks_for_mcp
+from ..mcp.responses import mcp_response, mcp_tool
 from ..openai.schemas import ChatRequest, InputTokens
 from ..registry import Served
 from ..request_fields import progress
@@ -44,6 +46,7 @@ from .schemas import (
     InputImage,
     InputItemList,
     InputTokensDetails,
+    McpToolSpec,
     OutputMessage,
     OutputTextPart,
     ReasoningOut,
@@ -71,9 +74,15 @@ async def responses(body: ResponsesRequest, request: Request,
     limit = token_limit(request, chat.max_tokens)
     effort = body.reasoning.effort if body.reasoning is not None else None
 
+    if asks_for_mcp(chat.tools):  # the server runs the model's MCP calls (server/mcp/responses.py)
+        reply = _Reply(served, body)
+        if body.store and store is not None:
+            reply.keep = lambda response: store.put(owner, response, kept_items)
+        return await mcp_response(body, chat, request, served, reply)
     options = served.chat_options(reasoning_effort=effort, parallel_tool_calls=body.parallel_tool_calls)
     call = ChatCall(ChatSpec(chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
-                             response_format=chat.response_format, **options),
+                             response_format=chat.response_format, structured_engine=body.structured_engine,
+                             **options),
                     chat.sampling(llama.params.seed, served.sampling), max_tokens=limit, model=served.id)
     run = await off_loop(lambda: start_chat(llama, call), request)
     reply = _Reply(served, body)
@@ -176,6 +185,7 @@ def as_chat_request(body: ResponsesRequest) -> ChatRequest:
     messages += items
     # OpenAI takes an empty list for no tools (the Agents SDK sends one for an agent without tools)
     tools = None if not body.tools else [
+        mcp_tool(t) if isinstance(t, McpToolSpec) else
         {"type": "function", "function": {"name": t.name, "parameters": t.parameters or {"type": "object"},
                                           **({"description": t.description} if t.description else {})}}
         for t in body.tools]

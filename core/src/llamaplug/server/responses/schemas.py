@@ -72,6 +72,16 @@ class FunctionTool(_Body):
     strict: bool | None = None
 
 
+class McpToolSpec(_Body):
+    """OpenAI's MCP tool: a server of `serve --mcp-config` (by its name), run by the server (server/mcp/)."""
+
+    type: Literal["mcp"]
+    server_label: str
+    allowed_tools: list[str] | dict[str, Any] | None = None  # names, or OpenAI's filter {"tool_names": [...]}
+    require_approval: str | dict[str, Any] | None = None
+    server_url: str | None = None
+
+
 class FunctionChoice(_Body):
     type: Literal["function"]
     name: str
@@ -100,11 +110,14 @@ class ResponsesRequest(_Body):
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    tools: list[FunctionTool] | None = None
+    tools: list[Annotated[FunctionTool | McpToolSpec, Field(discriminator="type")]] | None = None
     tool_choice: Literal["auto", "none", "required"] | FunctionChoice | None = None
     parallel_tool_calls: bool | None = None
     stream: bool = False
     text: TextConfig | None = None
+    structured_engine: Literal["gbnf", "llguidance", "auto"] | None = Field(
+        None, description="llamaplug's: what constrains the reply to text.format (default: the server's "
+                          "--structured-engine)")
     previous_response_id: str | None = None
     store: bool = Field(True, description="keep the response (GET /v1/responses/{id}, previous_response_id)")
     metadata: dict[str, str] | None = None
@@ -158,6 +171,37 @@ class FunctionCallOut(BaseModel):
     status: ItemStatus
 
 
+class McpListedTool(BaseModel):
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any] | None = None
+
+
+class McpListToolsOut(BaseModel):
+    """The tools an MCP server offered (OpenAI's mcp_list_tools item)."""
+
+    id: str
+    type: Literal["mcp_list_tools"] = "mcp_list_tools"
+    server_label: str
+    tools: list[McpListedTool]
+    error: str | None = None
+
+
+class McpCallOut(BaseModel):
+    """A call the server ran on an MCP server (OpenAI's mcp_call item): its output, or its error."""
+
+    id: str
+    type: Literal["mcp_call"] = "mcp_call"
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: str | None = None
+    status: Literal["completed", "failed"] = "completed"
+    approval_request_id: str | None = None
+
+
 class InputTokensDetails(BaseModel):
     cached_tokens: int = 0
 
@@ -184,7 +228,8 @@ class ResponseObject(BaseModel):
     created_at: int
     status: Literal["in_progress", "completed", "incomplete", "failed"]
     model: str
-    output: list[Annotated[ReasoningOut | OutputMessage | FunctionCallOut, Field(discriminator="type")]]
+    output: list[Annotated[ReasoningOut | OutputMessage | FunctionCallOut | McpListToolsOut | McpCallOut,
+                           Field(discriminator="type")]]
     usage: ResponseUsage | None = None
     error: dict[str, Any] | None = None
     incomplete_details: IncompleteDetails | None = None
