@@ -124,6 +124,11 @@ def test_restart_then_hit(written, reader, references, capsys):
         (1, 0)
     assert (out.text, out.timings.cached_tokens) == references[0][QUESTIONS[1]]
     assert f"llamaplug_cache_disk_hits_total {stats.cache_disk_hits}\n" in metrics
+    # where the slot's prefix came from (/slots' prompt_cache): the disk, then, asked again, the slot's own KV
+    assert ("disk", out.timings.cached_tokens) in llm.engine.slots_cache()
+    again = complete(llm, SYSTEM + QUESTIONS[1])
+    assert again.timings.cached_tokens > out.timings.cached_tokens
+    assert ("slot", again.timings.cached_tokens) in llm.engine.slots_cache()
     assert int(re.search(r"^llamaplug_cache_disk_bytes (\d+)$", metrics, re.M).group(1)) > 0
     capsys.readouterr()
     assert cli_main(["cache", "list", str(d)]) == 0

@@ -72,6 +72,7 @@ def test_a_stored_sequence_evicted_by_the_slots_own_stash_is_still_restored(smol
         got = answered(lambda: llama.create_completion(c, max_tokens=4))  # the old order: C never answered
         assert got.text == reference(c, 4)
         assert got.timings.cached_tokens > len(llama.tokenize(STEMS[0])) - 2  # A's prefix came back
+        assert llama.engine.slots_cache() == [("ram", got.timings.cached_tokens)]  # from the store's RAM tier
         assert llama.engine.failure is None
         assert stats.stored_sequences == 1  # B (A left the store for the slot)
         assert llama.create_completion(b, max_tokens=4).text == reference(b, 4)

@@ -166,6 +166,10 @@ def test_props_and_slots_have_llama_servers_keys(both):
     assert len(ours) == len(theirs) == 1
     for key in ("id", "n_ctx", "is_processing", "speculative"):
         assert ours[0][key] == theirs[0][key], key
+    # ours also says where the slot's last prompt found its cached tokens (test_disk_cache and
+    # test_engine_stays_up check the values)
+    assert ours[0]["prompt_cache"]["origin"] in ("none", "slot", "ram", "disk"), ours
+    assert isinstance(ours[0]["prompt_cache"]["n_cached"], int), ours
 
 
 @pytest.mark.parametrize("name, keys", [

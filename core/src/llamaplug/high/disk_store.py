@@ -555,6 +555,10 @@ class TieredStore(PrefixStore):
         self._from_disk = key, on_disk[1]
         return loaded  # type: ignore[return-value]  # state_seq_set reads any buffer
 
+    def origin(self, key: tuple[int, ...]) -> str:
+        came = self._from_disk
+        return "disk" if came is not None and came[0] == key else "ram"
+
     def refused(self, key: tuple[int, ...]) -> None:
         came = self._from_disk
         if came is not None and came[0] == key:

@@ -120,6 +120,11 @@ class Engine:
         """Whether each slot runs a request now: a snapshot read without a lock (for the server's /slots)."""
         return [slot.job is not None for slot in self._slots]
 
+    def slots_cache(self) -> list[tuple[str, int]]:
+        """Each slot's last prompt: where its cached tokens came from ("slot", "ram", "disk", "none") and how
+        many there were; a snapshot read without a lock (for the server's /slots)."""
+        return [(slot.origin, slot.cached) for slot in self._slots]
+
     def submit(self, job: Job) -> Job:
         with self._cv:
             if self._closed:

@@ -89,6 +89,10 @@ class PrefixStore:
                     found, n = key, m
         return found, n
 
+    def origin(self, key: tuple[int, ...]) -> str:
+        """The tier the last `get` of `key` read from ("ram": this store has one)."""
+        return "ram"
+
     def get(self, key: tuple[int, ...]) -> bytes | None:
         """The bytes stored for `key` (now the most recently used); None once it is gone (a `put` since `best`
         may have dropped it)."""

@@ -54,6 +54,9 @@ class Slot:
         self.next: int | None = None  # the sampled token to decode next
         self.draft: list[int] = []  # guesses decoded after `next` this step (speculative.py)
         self.used = 0.0
+        # where the last prompt's cached tokens came from: "slot" (its own KV), "ram" or "disk" (the store's
+        # tiers), "none"; /slots shows it
+        self.origin, self.cached = "none", 0
         self._ctx = context
         self._logprobs = logprobs
         self._n_swa = n_swa  # a sliding window's size: a prefix is reusable while the window before its end is kept
@@ -72,10 +75,12 @@ class Slot:
             data = store.get(key) if n > keep else None
             if data is not None:  # taken before the stash: its put may evict `key` (LRU, past the limit)
                 hit = key, data, n
+        origin = "slot" if keep else "none"
         if store is not None:
             self._stash(store, 0 if hit else keep)
             if hit:
                 keep = self._restore(*hit)
+                origin = store.origin(hit[0]) if keep else "none"
                 if not keep:
                     store.refused(hit[0])
         self._store = store
@@ -85,9 +90,11 @@ class Slot:
         if not ctx.kv_cache_seq_rm(self.seq, keep, -1) or not self._window_kept(keep):
             keep = 0  # a recurrent model cannot cut its state, a sliding window lost cells: start over
             ctx.kv_cache_seq_rm(self.seq, 0, -1)
+            origin = "none"
         del self.tokens[keep:]
         self.job, self.todo, self.next = job, job.prompt[keep:] if job.media is None else [], None
         job.cached = keep
+        self.origin, self.cached = origin, keep
         return keep
 
     def _window_kept(self, keep: int) -> bool:

@@ -61,8 +61,10 @@ async def slots(request: Request, served: Annotated[Served, Depends(queried_mode
     if not getattr(request.app.state, "endpoint_slots", True):
         raise NotSupportedError("This server does not support slots endpoint. Start it with `--slots`")
     engine = served.llama.engine
-    return [{"id": i, "n_ctx": engine.n_ctx_seq, "speculative": False, "is_processing": running}
-            for i, running in enumerate(engine.slots_running())]
+    # prompt_cache (ours): where the slot's last prompt found its cached tokens, and how many
+    return [{"id": i, "n_ctx": engine.n_ctx_seq, "speculative": False, "is_processing": running,
+             "prompt_cache": {"origin": origin, "n_cached": cached}}
+            for i, (running, (origin, cached)) in enumerate(zip(engine.slots_running(), engine.slots_cache()))]
 
 
 @router.post("/slots/{id_slot}", responses=ERROR_RESPONSES)
