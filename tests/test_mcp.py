@@ -216,3 +216,71 @@ def test_chat_in_the_terminal_runs_the_calls(smollm2_path, config, calls):
         arguments, output = rest.split(" -> ")
         given = json.loads(arguments)
         assert name == "lookup_multiply" and output == str(given["a"] * given["b"])  # the MCP server's answer
+
+
+def test_responses_run_mcp_tools(server, calls):
+    """/v1/responses with OpenAI's MCP tool: its mcp_list_tools and mcp_call items, read by the openai client's
+    types."""
+    from openai.types.responses.response_output_item import McpCall, McpListTools
+
+    before = called(calls)
+    status, body = post_status(server, "/v1/responses", {
+        "input": "What is 6 times 7?",
+        "tools": [{"type": "mcp", "server_label": "lookup", "allowed_tools": ["multiply"],
+                   "require_approval": "never"}],
+        "tool_choice": {"type": "function", "name": "lookup_multiply"}, "parallel_tool_calls": False,
+        "max_output_tokens": 48, "temperature": 0}, timeout=600)
+    assert status == 200, body
+    listed = McpListTools.model_validate(body["output"][0])
+    assert listed.server_label == "lookup"
+    assert [(t.name, t.input_schema["required"]) for t in listed.tools] == [("multiply", ["a", "b"])]
+    made = [McpCall.model_validate(i) for i in body["output"] if i["type"] == "mcp_call"]
+    assert len(made) == MAX_STEPS and called(calls) == before + ["multiply"] * MAX_STEPS
+    for call in made:
+        given = json.loads(call.arguments)
+        assert call.name == "multiply" and call.server_label == "lookup"
+        assert call.output == str(given["a"] * given["b"])  # the MCP server's answer
+    assert body["output"][-1]["type"] == "message" and body["usage"]["input_tokens"] > (MAX_STEPS + 1) * 150
+    status, bad = post_status(server, "/v1/responses", {"input": "hi", "max_output_tokens": 4, "tools": [
+        {"type": "mcp", "server_label": "lookup", "require_approval": "always"}]})
+    assert status == 400 and bad["error"]["param"] == "tools.require_approval"
+
+
+def test_the_loop_time_holds(smollm2_path, config, calls):
+    """A call that outlasts --mcp-timeout is stopped (or never started, on a machine slow enough that the first
+    round took the time): the loop ends with an answer, the reply says why, and the server goes on serving."""
+    with llamaplug_server(smollm2_path, "-c", "1024", "--parallel", "1", "--chat-template", "chatml-tools",
+                          "--no-responses-store", "--mcp-config", str(config), "--mcp-timeout", "10") as (port, _):
+        status, reply = post_status(port, "/v1/chat/completions", {
+            "messages": QUESTION,
+            "tools": [{"type": "mcp", "server_label": "lookup", "allowed_tools": ["slow_multiply"]}], **ONE_CALL,
+            "tool_choice": {"type": "function", "function": {"name": "lookup_slow_multiply"}}}, timeout=600)
+        assert status == 200, reply
+        assert reply.get("mcp_stopped") == "timeout", json.dumps(reply)
+        [made] = reply["mcp_calls"]
+        assert made["is_error"] and "--mcp-timeout 10 s" in made["output"]
+        assert "slow_multiplied" not in called(calls)  # stopped: it sleeps 120 s
+        assert reply["choices"][0]["finish_reason"] != "tool_calls"
+        assert get(port, "/tools")[0] == 200  # still serving
+
+
+def test_a_response_with_mcp_calls_chains():
+    """previous_response_id on a response with MCP items (pure Python: the store's reading of them): the call is
+    sent back as the model made it (`<server>_<tool>`) with its result; the tool listing is not sent."""
+    import types
+
+    from llamaplug.server.response_store import Kept, chained
+    from llamaplug.server.responses.schemas import FunctionCallItem, FunctionCallOutputItem, ResponsesRequest
+
+    output = [{"id": "mcpl_1", "type": "mcp_list_tools", "server_label": "lookup", "tools": []},
+              {"id": "mcp_1", "type": "mcp_call", "server_label": "lookup", "name": "multiply",
+               "arguments": '{"a": 6, "b": 7}', "output": "42", "error": None, "status": "completed"},
+              {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "42", "annotations": []}]}]
+    kept = Kept(response={"output": output}, items=[{"id": "msg_0", "type": "message", "role": "user",
+                                                     "content": [{"type": "input_text", "text": "6 times 7?"}]}])
+    store = types.SimpleNamespace(get=lambda owner, ident: kept if ident == "resp_1" else None)
+    body, _ = chained(store, "", ResponsesRequest(input="And 7 times 8?", previous_response_id="resp_1"))
+    call, result = body.input[1:3]
+    assert isinstance(call, FunctionCallItem) and call.name == "lookup_multiply" and call.call_id == "mcp_1"
+    assert isinstance(result, FunctionCallOutputItem) and result.output == "42" and len(body.input) == 5

@@ -149,5 +149,19 @@ def chained(store: ResponseStore | None, owner: str, body: ResponsesRequest) -> 
                               param="previous_response_id", code="previous_response_not_found")
     items = kept.items + kept.response["output"] + items
     # reasoning items stay listed, but are not sent back (as the chat path drops an earlier turn's thinking)
-    history = _INPUT.validate_python([i for i in items if i["type"] != "reasoning"])
+    history = _INPUT.validate_python([h for i in items if i["type"] != "reasoning" for h in _as_input(i)])
     return body.model_copy(update={"input": history}), items
+
+
+def _as_input(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """A kept item as the next turn's input: an MCP call (server/mcp/responses.py) as the model saw it, a call to
+    `<server>_<tool>` and its result; the tools an MCP server listed, nothing."""
+    if item["type"] == "mcp_list_tools":
+        return []
+    if item["type"] == "mcp_call":
+        call_id = item["id"]
+        return [{"type": "function_call", "call_id": call_id, "name": f"{item['server_label']}_{item['name']}",
+                 "arguments": item["arguments"]},
+                {"type": "function_call_output", "call_id": call_id,
+                 "output": item["output"] if item.get("output") is not None else item.get("error") or ""}]
+    return [item]
