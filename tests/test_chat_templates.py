@@ -16,8 +16,9 @@ reply (TEST_CHAT_CASES).
 Templates where llama.cpp gives no such reply (its rendering does not continue the prompt it
 made even so, its own grammar lets no start of it end, or no start of it parses back into the call) are listed in
 NO_ROUND_TRIP with the reference's reason, and left out of the count: a test checks that list is exactly
-those. Templates that cannot show tools at all (SmolLM3's, Gemma 2's, ...) are refused with tools here,
-where llama-server renders them without: (a) checks that llama-server's prompt indeed lacks them.
+those. Templates that cannot show tools at all (SmolLM3's, Gemma 2's, ...) are refused with tools for generation
+here, where llama-server goes on without them: (a) checks that llama-server's prompt indeed lacks them, and that
+/apply-template's rendering (which only shows the prompt) is llama-server's for them too.
 """
 
 from __future__ import annotations
@@ -153,6 +154,9 @@ def test_prompt_with_tools_equals_llama_servers(path, model, server_prompts):
     theirs = server_prompts[path.name]
     assert isinstance(theirs, str), f"llama-server refused the template: {theirs}"
     template = path.read_text()
+    # what /apply-template answers: llama-server's prompt, also where the template has no place for tools
+    shown = plan_chat(model, ChatSpec(MESSAGES, tools=[TOOL], chat_template=template), refuse_unseen_tools=False)
+    assert shown.params["prompt"] == theirs
     try:
         ours = plan_chat(model, ChatSpec(MESSAGES, tools=[TOOL], chat_template=template)).params["prompt"]
     except lp.InvalidParameterError as exc:

@@ -183,14 +183,20 @@ def response_schema(response_format: Any) -> Any:
                                 field="response_format.type")
 
 
-def plan_chat(llama: Llama, spec: ChatSpec, messages: list[dict[str, Any]] | None = None) -> ChatPlan:
-    """Render `spec` with llama.cpp's chat layer (messages: the checked, flattened ones, when not spec's)."""
+def plan_chat(llama: Llama, spec: ChatSpec, messages: list[dict[str, Any]] | None = None,
+              refuse_unseen_tools: bool = True) -> ChatPlan:
+    """Render `spec` with llama.cpp's chat layer (messages: the checked, flattened ones, when not spec's).
+
+    `refuse_unseen_tools=False`: tools the template has no place for are rendered as llama-server renders them
+    (left out), for a prompt that is only shown (/apply-template); a reply to generate refuses them, since the
+    model would answer without seeing its tools."""
     request, names = chat_request(spec, messages if messages is not None else check_messages(spec.messages))
     templates = chat_templates(llama.model, spec.chat_template)
     checkpoint()
     params = templates.apply(request)
     checkpoint()
-    if names and request["tool_choice"] != "none" and not templates.info["caps"].get("supports_tool_calls") \
+    if refuse_unseen_tools and names and request["tool_choice"] != "none" \
+            and not templates.info["caps"].get("supports_tool_calls") \
             and params["prompt"] == templates.apply(_without_tools(request))["prompt"]:
         # A template that can neither describe tools nor write a call: llama.cpp's chat layer (so llama-server)
         # would go on without them. (One that writes calls but leaves describing the tools to the system message,
@@ -212,5 +218,6 @@ def _without_tools(request: dict[str, Any]) -> dict[str, Any]:
 def render_prompt(llama: Llama, messages: list[dict[str, Any]], chat_template: str | None,
                   tools: list[dict[str, Any]] | None) -> tuple[str, ChatPlan]:
     """The prompt text of `messages` (what /apply-template answers), rendered by llama.cpp's chat layer."""
-    plan = plan_chat(llama, ChatSpec(messages, tools=tools, chat_template=chat_template), check_messages(messages))
+    plan = plan_chat(llama, ChatSpec(messages, tools=tools, chat_template=chat_template), check_messages(messages),
+                     refuse_unseen_tools=False)
     return plan.params["prompt"], plan

@@ -21,5 +21,7 @@ router = NATIVE.router()
 async def apply_template(body: ApplyTemplateRequest,
                          served: Annotated[Served, Depends(served_model(ApplyTemplateRequest))]) -> dict[str, str]:
     fields = served.chat_options(**body.chat_fields())
-    plan = await off_loop(lambda: plan_chat(served.llama, ChatSpec(body.messages, **fields)))
+    # llama-server's rendering: tools a template has no place for are left out here, refused on generation
+    plan = await off_loop(lambda: plan_chat(served.llama, ChatSpec(body.messages, **fields),
+                                            refuse_unseen_tools=False))
     return {"prompt": plan.params["prompt"]}
