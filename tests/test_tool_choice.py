@@ -1,5 +1,6 @@
 """tool_choice "required" and a named function make the reply a call (issue 42 part 2), on SmolLM2 with no few-shot
-turns, through the library (whole and streamed), the OpenAI route and Anthropic's tool_choice (any, tool).
+turns, through the library (whole and streamed), the OpenAI route, Anthropic's tool_choice (any, tool), Responses,
+Ollama's /api/chat (llamaplug's tool_choice) and the compat layer's chat_format="chatml-function-calling".
 
 llama.cpp's chat layer (so llama-server) builds a "required" grammar that lets text come before the call; SmolLM2
 writes that text until max_tokens and no call comes (the pin's llama-server: printed beside ours below).
@@ -176,3 +177,59 @@ def test_anthropic_tool_choice_gives_a_tool_use(served, choice, names):
         assert len(uses) == 1 and out.stop_reason == "tool_use", out.content
     assert out.stop_reason in ("tool_use", "max_tokens")
     _check_calls([(u.name, json.dumps(u.input)) for u in uses[:1]], names)
+
+
+def test_responses_tool_choice_gives_a_call(served):
+    """Responses' tool_choice ("required", {"type": "function", "name": ...}), whole and streamed."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{served}/v1", api_key="unused", max_retries=0, timeout=600)
+    tools = [{"type": "function", **t["function"]} for t in TOOLS]
+    body: dict[str, Any] = dict(model="m", input=ASK[0]["content"], tools=tools, max_output_tokens=MAX_TOKENS,
+                                parallel_tool_calls=False, store=False)
+    out = client.responses.create(tool_choice="required", **body)
+    calls = [(i.name, i.arguments) for i in out.output if i.type == "function_call"]
+    print(f"Responses required -> {calls}, {out.usage.output_tokens} tokens")
+    assert out.status == "completed" and [i.type for i in out.output] == ["function_call"], out.output
+    _check_calls(calls, set(SCHEMAS))
+    events = list(client.responses.create(tool_choice={"type": "function", "name": "get_time"}, stream=True, **body))
+    done = events[-1].response
+    assert events[-1].type == "response.completed" and [i.type for i in done.output] == ["function_call"]
+    _check_calls([(i.name, i.arguments) for i in done.output], {"get_time"})
+
+
+def test_ollama_tool_choice_gives_a_call(served, smollm2_path):
+    """llamaplug's tool_choice on Ollama's /api/chat (Ollama has none), whole and streamed (NDJSON lines)."""
+    import httpx
+
+    body = {"model": smollm2_path.stem, "messages": ASK, "tools": TOOLS, "options": {"num_predict": MAX_TOKENS}}
+    out = httpx.post(f"http://127.0.0.1:{served}/api/chat", json={**body, "tool_choice": "required", "stream": False},
+                     timeout=600).json()
+    calls = [(c["function"]["name"], json.dumps(c["function"]["arguments"])) for c in out["message"].get("tool_calls",
+                                                                                                         [])]
+    print(f"Ollama required -> {calls}")
+    # The reply starts at a call (no content); more calls may follow, the last cut by num_predict (Ollama has no
+    # parallel_tool_calls): the first is checked.
+    assert calls and not out["message"]["content"], out
+    _check_calls(calls[:1], set(SCHEMAS))
+    with httpx.stream("POST", f"http://127.0.0.1:{served}/api/chat", json={**body, "tool_choice": NAMED},
+                      timeout=600) as resp:
+        lines = [json.loads(line) for line in resp.iter_lines() if line]
+    assert lines[-1]["done"] and not "".join(line["message"]["content"] for line in lines)
+    calls = [(c["function"]["name"], json.dumps(c["function"]["arguments"]))
+             for line in lines for c in line["message"].get("tool_calls", [])]
+    _check_calls(calls[:1], {"get_time"})
+
+
+def test_compat_chatml_function_calling_with_a_named_tool_choice(smollm2_path):
+    """llama-cpp-python's documented way: chat_format="chatml-function-calling" and a named tool_choice, no few-shot
+    turns (it returned text before blocks/tool_choice.py)."""
+    from llamaplug.compat import llama_cpp as compat
+
+    with compat.Llama(str(smollm2_path), n_ctx=1024, verbose=False, chat_format="chatml-function-calling") as llm:
+        out = llm.create_chat_completion(ASK, tools=TOOLS, tool_choice=NAMED, max_tokens=MAX_TOKENS)["choices"][0]
+        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in out["message"]["tool_calls"] or []]
+        print(f"compat chatml-function-calling, get_time -> {calls}")
+        assert out["finish_reason"] == "tool_calls" and not out["message"]["content"], out
+        _check_calls(calls[:1], {"get_time"})
+        assert out["message"]["function_call"]["name"] == "get_time"  # llama-cpp-python's legacy field too
