@@ -5,13 +5,16 @@ open stream with its API's in-stream error event and a complete HTTP body, and e
 the wait. Before: uvicorn waited for the streams without a limit (116 s: until the client gave up), ignored a
 second SIGTERM, and a second Ctrl-C left CancelledError tracebacks, truncated bodies, once a segfault.
 
-`llamaplug run` and `llamaplug chat` interrupted mid-reply leave without a traceback.
+`llamaplug run` and `llamaplug chat` interrupted mid-reply leave without a traceback: in a chat, Ctrl-C stops the
+reply and a second one at the prompt leaves (exit 0); a one-shot `run` exits 130, a second Ctrl-C at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -19,7 +22,7 @@ import sys
 import threading
 import time
 
-from llamaplug_testing import llamaplug_server
+from llamaplug_testing import Terminal, llamaplug_server
 
 THREADS = 1
 COUNT = "Count from 1 to 1000, one number a line."
@@ -288,3 +291,82 @@ def test_chat_interrupted_mid_reply_stops_the_reply_and_leaves_cleanly(smollm2_p
     assert proc.returncode == 0, (proc.returncode, err[-2000:])
     assert b"(stopped)" in proc.seen + out
     _quiet(err)
+
+
+# -- on a terminal: Ctrl-C is the pty's \x03, as a user types it (readline has the terminal at the prompt) ---------
+STORY = "Write a very long story about a dragon and a knight, with many chapters."  # greedy: 300 tokens and more
+
+
+def _on_a_pty(*args: str) -> tuple[int, Terminal]:
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command on the pty, its stderr too
+        os.execv(sys.executable, [sys.executable, "-m", "llamaplug.cli", *args, "-n", str(LONG), "--temp", "0",
+                                  "-c", "1024", "-t", str(THREADS)])
+    return pid, Terminal(fd)
+
+
+def _exit_status(pid: int, term: Terminal, within: float) -> int:
+    """The child's exit code (negative: the signal that ended it), read to its end meanwhile (a full pty would
+    block its writes)."""
+    end = time.monotonic() + within
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > end:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError(f"still running {within:g} s on: {term.seen[-500:]!r}")
+        _read(term, 0.05)
+    _read(term, 0.2)
+    return os.waitstatus_to_exitcode(done[1])
+
+
+def _read(term: Terminal, wait: float) -> None:
+    with contextlib.suppress(OSError):  # the child has gone: the pty reads as an error
+        while select.select([term.fd], [], [], wait)[0] and (more := os.read(term.fd, 4096)):
+            term.seen += more
+
+
+def test_chat_in_a_terminal_ctrl_c_stops_the_reply_and_twice_at_the_prompt_leaves(smollm2_path):
+    """As Ollama and llama-cli: Ctrl-C stops the reply (cancelled, the prompt back); at the prompt it says how to
+    leave, and a second one leaves (exit 0). Before, a Ctrl-C at the prompt only ever repeated the hint."""
+    pid, term = _on_a_pty("chat", str(smollm2_path))
+    try:
+        term.until(b">>> ")
+        os.write(term.fd, STORY.encode() + b"\n")
+        term.until(b"knight", count=2)  # the line typed (echoed), then the reply streaming
+        os.write(term.fd, b"\x03")
+        start = time.monotonic()
+        term.until(b">>> ", count=2, timeout=30)
+        stopped = time.monotonic() - start
+        # (a key typed the instant the prompt shows can be lost while the line editor takes the terminal back)
+        time.sleep(0.5)
+        os.write(term.fd, b"\x03")
+        term.until(b"Ctrl-C again", timeout=30)
+        time.sleep(0.5)
+        os.write(term.fd, b"\x03")
+        code = _exit_status(pid, term, within=30)
+    finally:
+        os.close(term.fd)
+    assert code == 0, term.seen[-2000:]
+    assert b"(stopped)" in term.seen and stopped < 5, (stopped, term.seen[-2000:])
+    _quiet(term.seen)
+
+
+def test_run_in_a_terminal_interrupted_twice_mid_reply_exits_at_once(smollm2_path):
+    """`run MODEL PROMPT` (one reply) interrupted: 130, as a shell reports a Ctrl-C (llama-cli's exit status too:
+    a script tells an interrupted reply from a whole one). A second Ctrl-C while the engine stops ends the
+    process at once (SIGINT's default action: the shell reports 130 as well), never a traceback or a crash."""
+    pid, term = _on_a_pty("run", str(smollm2_path), STORY)
+    try:
+        term.until(b"knight")  # the reply streaming
+        os.write(term.fd, b"\x03")
+        start = time.monotonic()
+        time.sleep(0.05)
+        os.write(term.fd, b"\x03")
+        code = _exit_status(pid, term, within=30)
+    finally:
+        os.close(term.fd)
+    assert code in (130, -signal.SIGINT), (code, term.seen[-2000:])
+    assert time.monotonic() - start < 5
+    _quiet(term.seen)

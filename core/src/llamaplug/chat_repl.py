@@ -2,9 +2,9 @@
 
 Each line is a user turn; the reply streams as it is generated and the conversation is kept
 (history) until /clear. Lines starting with / are commands (/help lists them). A reply's
-reasoning (<think>...</think>) is shown dimmed on a terminal. Ctrl-C stops a reply, Ctrl-D or
-/bye leaves. Without a terminal on stdin (a pipe, a test), the lines are read as they come and
-no prompt is printed.
+reasoning (<think>...</think>) is shown dimmed on a terminal. Ctrl-C stops a reply; Ctrl-C twice
+at the prompt, Ctrl-D or /bye leave. Without a terminal on stdin (a pipe, a test), the lines are
+read as they come and no prompt is printed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ HELP = """commands:
   /clear              forget the conversation (the system prompt stays)
   /system TEXT        set the system prompt (and clear the conversation)
   /help, /?           this list
-Ctrl-C stops a reply; a line ending in \\ continues on the next line."""
+Ctrl-C stops a reply (twice at the prompt: leave); a line ending in \\ continues on the next line."""
 
 DIM, RESET = "\033[2m", "\033[0m"
 OPEN, CLOSE = "<think>", "</think>"
@@ -103,12 +103,20 @@ def repl(llama: Any, sampling: dict[str, Any], max_tokens: int | None = None, sy
     prompt = ">>> " if interactive else None
     printer = ReasoningPrinter(out, dim=out.isatty())
     history: list[dict[str, Any]] = []
+    warned = False  # a Ctrl-C at the prompt said how to leave: a second one in a row leaves
     while True:
         try:
             text = read_turn(stdin, prompt)
         except KeyboardInterrupt:
-            out.write("\n(Ctrl-D or /bye to leave)\n")
+            # Ollama's hint, then node's habit: one stray Ctrl-C (a reply that ended just before it) keeps the
+            # conversation; llama-cli's users press it twice at the prompt to leave
+            if warned:
+                out.write("\n")
+                return 0
+            warned = True
+            out.write("\n(Ctrl-C again, Ctrl-D or /bye to leave)\n")
             continue
+        warned = False
         if text is None:
             if interactive:
                 out.write("\n")

@@ -4,7 +4,11 @@ template: a completion streamed) and `llamaplug chat` (a conversation in the ter
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +34,23 @@ def _names_a_model(text: str) -> bool:
     if Path(text).is_file() or text.lower().endswith(".gguf"):
         return True
     return names.hub_ref(text) is not None or names.is_catalog_name(text)
+
+
+@contextlib.contextmanager
+def closing(llama: Llama) -> Iterator[Llama]:
+    """`llama`, closed on the way out, Ctrl-C too: the engine's thread stops before the interpreter does.
+
+    Closing waits for that thread (a decode running stops at its next graph node: well under a second). A
+    second Ctrl-C meanwhile would raise in the wait and leave the interpreter to exit with the thread still
+    decoding in the model it frees: from here on, Ctrl-C ends the process at once (SIGINT's default, as a
+    shell expects of a program it interrupts; it reports 130), before anything is freed.
+    """
+    try:
+        yield llama
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        llama.close()
 
 
 def run_model_and_prompt(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -73,8 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                    n_gpu_layers=args.n_gpu_layers, **extra, **draft_params(args)))
     sampling = SamplerParams(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                              penalty_repeat=args.repeat_penalty, seed=args.seed)
-    # closed on the way out, Ctrl-C too: the engine's thread stops before the interpreter does
-    with llama:
+    with closing(llama):
         if args.raw or llama.model.chat_template is None:
             return _complete(llama, prompt or "", sampling, args)
         limit = None if args.n_predict is None or args.n_predict < 0 else args.n_predict
@@ -97,17 +117,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _complete(llama: Llama, prompt: str, sampling: SamplerParams, args: argparse.Namespace) -> int:
     """`run --raw` (and a model without a chat template): the prompt and its continuation, streamed."""
-    from ..blocks.sampling import SamplerChain
-
     sys.stdout.write(prompt)
     final = None
-    with SamplerChain.from_params(sampling) as sampler:
-        for chunk in llama.create_completion(prompt, max_tokens=64 if args.n_predict is None else args.n_predict,
-                                             sampler=sampler, stop=args.stop, stream=True):
+    # the job owns the chain it builds from `sampling`: a Ctrl-C cannot free it under a decode still sampling
+    stream = llama.create_completion(prompt, max_tokens=64 if args.n_predict is None else args.n_predict,
+                                     sampler=sampling, stop=args.stop, stream=True)
+    try:
+        for chunk in stream:
             sys.stdout.write(chunk.text)
             sys.stdout.flush()
             final = chunk
-    sys.stdout.write("\n")
+    finally:  # Ctrl-C too: the generation cancelled, the shell's prompt on a line of its own
+        stream.close()
+        sys.stdout.write("\n")
     if final is not None and final.timings is not None and args.timings:
         t = final.timings
         print(f"[{final.stop_reason.value}] prompt {t.prompt_tokens} tokens {t.prompt_per_second:.1f} t/s, "
@@ -126,8 +148,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     path = model_path(model) if model else default_model(args.catalog)
     extra: dict[str, object] = {"n_threads": args.threads} if args.threads else {}
     mcp = _mcp_chat(args)  # before the model loads: a bad config or server fails fast
-    with Llama.load(path, n_ctx=args.ctx_size, log_level=args.log, n_gpu_layers=args.n_gpu_layers, **extra,
-                    **draft_params(args)) as llama:
+    with closing(Llama.load(path, n_ctx=args.ctx_size, log_level=args.log, n_gpu_layers=args.n_gpu_layers, **extra,
+                            **draft_params(args))) as llama:
         sampling: dict[str, object] = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p,
                                        "min_p": args.min_p, "repeat_penalty": args.repeat_penalty, "seed": args.seed}
         if args.chat_template is not None:
