@@ -451,3 +451,38 @@ def test_llamaplug_serve_ray_deploys_on_a_cluster(cluster, ingress, plain, smoll
             proc.kill()
         _deploy(smollm2_path, ray_cache)  # the module's two replicas again, for the tests that run after this one
     assert len(_replicas(ingress)) == 2
+
+
+@pytest.mark.ray
+def test_a_replica_stopped_mid_stream_ends_it_with_an_error_event_after_the_grace(ingress):
+    """serve.delete with a stream open: the replica lets it run for its grace time (build_app's shutdown_timeout_s,
+    `serve --shutdown-timeout`'s 5 s), then the stream ends with an error event and [DONE] (the ingress's, as
+    Serve ends the actor: Serve calls a replica's __del__ only once no request is left). Before, Serve's own
+    20 s. The module's last test: it deletes the app."""
+    import threading
+
+    from llamaplug.server.shutdown import DEFAULT_GRACE
+
+    conn = http.client.HTTPConnection("127.0.0.1", ingress, timeout=90)
+    body = {"prompt": "Count from 1 to 1000: 1, 2, 3,", "max_tokens": 2000, "stream": True, "temperature": 0}
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    events = []
+    while len(events) < 3:  # the stream is going
+        line = resp.readline()
+        assert line, events
+        if line.startswith(b"data: "):
+            events.append(json.loads(line[6:]))
+    start = time.monotonic()
+    deleting = threading.Thread(target=serve.delete, args=(APP,), daemon=True)
+    deleting.start()
+    for line in resp:
+        if line.startswith(b"data: "):
+            events.append(None if line.strip() == b"data: [DONE]" else json.loads(line[6:]))
+    took = time.monotonic() - start
+    conn.close()
+    deleting.join(120)
+    print(f"\nreplica deleted under a stream: it ended {took:.1f} s later ({events[-2]})")
+    assert events[-1] is None and "error" in events[-2], events[-3:]
+    assert DEFAULT_GRACE - 1 < took < DEFAULT_GRACE + 8

@@ -179,7 +179,8 @@ def _serve_on_ray(params: LlamaParams, args: argparse.Namespace) -> int:
     on_ray.run(params, replicas=args.replicas, address=args.ray_address, host=args.host, port=args.port,
                threads=args.threads, model_id=(args.alias or [None])[0], api_key=args.api_key, pooling=args.pooling,
                app_options={"n_predict": args.n_predict, "slot_save_path": args.slot_save_path,
-                            "chat_template": template, "chat": chat, "max_body": args.max_body_mib * 2**20})
+                            "chat_template": template, "chat": chat, "max_body": args.max_body_mib * 2**20},
+               shutdown_timeout_s=args.shutdown_timeout)  # a replica stopped gives its streams this long
     return 0
 
 

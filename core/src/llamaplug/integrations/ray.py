@@ -38,6 +38,7 @@ from starlette.responses import Response, StreamingResponse
 from ..errors import ClosedError, InvalidParameterError
 from ..params import LlamaParams
 from ..server.api_error import ApiError, ServerFaultError, UnavailableError
+from ..server.shutdown import DEFAULT_GRACE
 from .affinity import DEFAULT_CHARS, affinity_key
 from .asgi_bridge import ASGIApp, Forwarded, Head, Lifespan, answer
 
@@ -211,7 +212,8 @@ def build_app(source: LlamaParams | str | os.PathLike[str] | AppFactory, *, num_
               autoscaling_config: dict[str, Any] | None = None, ray_actor_options: dict[str, Any] | None = None,
               max_ongoing_requests: int | None = None, model_id: str | None = None, api_key: str | None = None,
               pooling: str | None = None, routing: str = "prefix", affinity_chars: int = DEFAULT_CHARS,
-              first_byte_timeout_s: float = 600.0, app_options: dict[str, Any] | None = None) -> serve.Application:
+              first_byte_timeout_s: float = 600.0, app_options: dict[str, Any] | None = None,
+              shutdown_timeout_s: float = DEFAULT_GRACE) -> serve.Application:
     """The Serve application: `num_replicas` (or `autoscaling_config`) replicas of one engine behind the ingress.
 
     `source`: the model's LlamaParams (or a GGUF path); each replica loads it with n_threads =
@@ -221,7 +223,10 @@ def build_app(source: LlamaParams | str | os.PathLike[str] | AppFactory, *, num_
     saturated: its requests then go to the least loaded one. `routing`: "prefix" (consistent
     hashing of the prompt's first `affinity_chars` characters) or "round_robin".
     `model_id`, `api_key`, `pooling` and `app_options` (its other keywords: n_predict, slot_save_path):
-    as `create_app`'s.
+    as `create_app`'s. `shutdown_timeout_s`: a replica stopped (serve.delete, a scale-down) lets its running
+    requests go on for up to this long (`serve --shutdown-timeout`; Serve's graceful_shutdown_timeout_s, its
+    default 20 s), then Serve ends the actor and the ingress ends each stream it was serving with an error
+    event (OpenAI's shape) and [DONE].
     """
     if routing not in ("prefix", "round_robin"):
         raise InvalidParameterError(f"routing {routing!r}: one of 'prefix', 'round_robin'", field="routing")
@@ -232,12 +237,14 @@ def build_app(source: LlamaParams | str | os.PathLike[str] | AppFactory, *, num_
         max_ongoing_requests = source.n_seq_max if isinstance(source, LlamaParams) else 4
     replica = serve.deployment(LlamaReplica).options(
         num_replicas=num_replicas, autoscaling_config=autoscaling_config, ray_actor_options=actor,
-        max_ongoing_requests=max_ongoing_requests,
+        max_ongoing_requests=max_ongoing_requests, graceful_shutdown_timeout_s=shutdown_timeout_s,
         request_router_config=RequestRouterConfig(
             request_router_class="llamaplug.integrations.ray_router:PrefixAffinityRouter",
             request_router_kwargs={"mode": routing}))
     # The ingress only relays bytes: it takes no CPU from the replicas, and many requests at once.
-    ingress = serve.deployment(Ingress).options(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)
+    # Stopped with the replicas (serve.delete), it outlives their grace: it ends the streams they leave.
+    ingress = serve.deployment(Ingress).options(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000,
+                                                graceful_shutdown_timeout_s=shutdown_timeout_s + 10)
     return ingress.bind(replica.bind(_factory(source, model_id, api_key, pooling, app_options or {})), affinity_chars,
                         first_byte_timeout_s)
 
@@ -257,12 +264,13 @@ def app_from_args(args: dict[str, str]) -> serve.Application:
 
 def run(params: LlamaParams, *, replicas: int, address: str | None, host: str, port: int,
         threads: int | None, model_id: str | None, api_key: str | None, pooling: str | None,
-        app_options: dict[str, Any] | None = None) -> None:
+        app_options: dict[str, Any] | None = None, shutdown_timeout_s: float = DEFAULT_GRACE) -> None:
     """`llamaplug serve --ray`: the app on the cluster at `address` (None: a local one), until Ctrl-C."""
     ray.init(address=address, log_to_driver=False)
     serve.start(http_options={"host": host, "port": port})
     app = build_app(params, num_replicas=replicas, ray_actor_options={"num_cpus": threads or 1},
-                    model_id=model_id, api_key=api_key, pooling=pooling, app_options=app_options)
+                    model_id=model_id, api_key=api_key, pooling=pooling, app_options=app_options,
+                    shutdown_timeout_s=shutdown_timeout_s)
     try:
         serve.run(app, name="llamaplug", blocking=True)
     finally:
