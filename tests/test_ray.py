@@ -455,34 +455,58 @@ def test_llamaplug_serve_ray_deploys_on_a_cluster(cluster, ingress, plain, smoll
 
 @pytest.mark.ray
 def test_a_replica_stopped_mid_stream_ends_it_with_an_error_event_after_the_grace(ingress):
-    """serve.delete with a stream open: the replica lets it run for its grace time (build_app's shutdown_timeout_s,
-    `serve --shutdown-timeout`'s 5 s), then the stream ends with an error event and [DONE] (the ingress's, as
-    Serve ends the actor: Serve calls a replica's __del__ only once no request is left). Before, Serve's own
-    20 s. The module's last test: it deletes the app."""
+    """serve.delete with streams open: the replica lets them run for its grace time (build_app's shutdown_timeout_s,
+    `serve --shutdown-timeout`'s 5 s), then each ends with its API's error event (OpenAI's then [DONE], Anthropic's
+    `event: error`): the ingress's, as Serve ends the actor (Serve calls a replica's __del__ only once no request
+    is left). Before, Serve's own 20 s, and the streams were cut with neither. The module's last test: it deletes
+    the app."""
     import threading
 
     from llamaplug.server.shutdown import DEFAULT_GRACE
 
-    conn = http.client.HTTPConnection("127.0.0.1", ingress, timeout=90)
-    body = {"prompt": "Count from 1 to 1000: 1, 2, 3,", "max_tokens": 2000, "stream": True, "temperature": 0}
-    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    assert resp.status == 200
-    events = []
-    while len(events) < 3:  # the stream is going
-        line = resp.readline()
-        assert line, events
-        if line.startswith(b"data: "):
-            events.append(json.loads(line[6:]))
+    asks = {"/v1/completions": {"prompt": "Count from 1 to 1000: 1, 2, 3,", "max_tokens": 2000},
+            "/v1/messages": {"messages": [{"role": "user", "content": "Write a very long story about a dragon and "
+                                                                      "a knight, with many chapters."}],
+                             "max_tokens": 2000, "model": "m"}}
+    streams = []
+    for path, body in asks.items():
+        conn = http.client.HTTPConnection("127.0.0.1", ingress, timeout=90)
+        conn.request("POST", path, json.dumps({**body, "stream": True, "temperature": 0}),
+                     {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()
+        streams.append((conn, resp, []))
+    for _, resp, events in streams:
+        while len(events) < 4:  # each stream is going
+            line = resp.readline()
+            assert line, events
+            if line.startswith(b"data: "):
+                events.append(json.loads(line[6:]))
     start = time.monotonic()
     deleting = threading.Thread(target=serve.delete, args=(APP,), daemon=True)
     deleting.start()
-    for line in resp:
-        if line.startswith(b"data: "):
-            events.append(None if line.strip() == b"data: [DONE]" else json.loads(line[6:]))
-    took = time.monotonic() - start
-    conn.close()
-    deleting.join(120)
-    print(f"\nreplica deleted under a stream: it ended {took:.1f} s later ({events[-2]})")
-    assert events[-1] is None and "error" in events[-2], events[-3:]
-    assert DEFAULT_GRACE - 1 < took < DEFAULT_GRACE + 8
+    took = [0.0, 0.0]
+
+    def read(i: int) -> None:
+        conn, resp, events = streams[i]
+        for line in resp:
+            if line.startswith(b"data: "):
+                events.append(None if line.strip() == b"data: [DONE]" else json.loads(line[6:]))
+        took[i] = time.monotonic() - start
+        conn.close()
+
+    readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(len(streams))]
+    for reader in readers:
+        reader.start()
+    for reader in [*readers, deleting]:
+        reader.join(120)
+    (_, _, openai_events), (_, _, anthropic_events) = streams
+    print(f"\nreplicas deleted under 2 streams: they ended {took[0]:.1f} s, {took[1]:.1f} s later "
+          f"({anthropic_events[-1]['type']})")
+    assert openai_events[-1] is None and "error" in openai_events[-2], openai_events[-3:]
+    assert DEFAULT_GRACE - 1 < took[0] < DEFAULT_GRACE + 8
+    # the chat reply may end by itself within the grace time (as its API ends one), else it is cut as the other
+    if took[1] > DEFAULT_GRACE - 1:
+        assert anthropic_events[-1]["type"] == "error" and took[1] < DEFAULT_GRACE + 8, anthropic_events[-3:]
+    else:
+        assert anthropic_events[-1]["type"] == "message_stop"

@@ -129,7 +129,8 @@ class Ingress:
             try:
                 head, first = await asyncio.wait_for(_head_and_first_chunk(stream), timeout)
                 if _is_event_stream(head):
-                    return _relay(head, StreamingResponse(_rest(stream, first), status_code=head.status))
+                    return _relay(head, StreamingResponse(_rest(stream, first, forwarded.path),
+                                                                status_code=head.status))
                 body = first + b"".join([chunk async for chunk in stream])
                 return _relay(head, Response(body, status_code=head.status))
             except _LOST as exc:
@@ -160,18 +161,26 @@ async def _head_and_first_chunk(stream: Any) -> tuple[Head, bytes]:
         return head, b""
 
 
-async def _rest(stream: Any, first: bytes) -> AsyncIterator[bytes]:
-    """A stream's chunks; a replica lost in the middle ends it with an error event (the status line is sent)."""
+async def _rest(stream: Any, first: bytes, path: str) -> AsyncIterator[bytes]:
+    """A stream's chunks; a replica lost in the middle (or stopped: Serve ends the actor at its grace time) ends
+    it with its API's error event (the status line is sent), as `llamaplug serve` ends one at shutdown."""
     try:
         if first:
             yield first
         async for chunk in stream:
             yield chunk
     except _LOST as exc:
-        from ..server.dialects import OPENAI
+        from ..server import dialects
 
         lost = ClosedError(f"the replica serving this stream was lost: {type(exc).__name__}")
-        yield f"{OPENAI.stream_error(lost)}data: [DONE]\n\n".encode()
+        if path.startswith("/v1/messages"):
+            yield dialects.ANTHROPIC.stream_error(lost).encode()
+        elif path.startswith("/v1/responses"):
+            yield dialects.RESPONSES.stream_error(lost).encode()
+        elif path.startswith("/v1/"):
+            yield f"{dialects.OPENAI.stream_error(lost)}data: [DONE]\n\n".encode()
+        else:  # llama-server's own routes (/completion): the error, no [DONE]
+            yield dialects.NATIVE.stream_error(lost).encode()
     finally:
         stream.cancel()  # the client left (or the stream ended): the replica's task ends, its slot is free
 
