@@ -49,9 +49,9 @@ async def mcp_chat(body: Any, request: Request, served: Any, answer: Answer) -> 
         raise BadRequestError("n must be 1 with MCP tools", param="n")
     if body.verbose:
         raise BadRequestError("verbose is not supported with MCP tools", param="verbose")
-    functions, offered = _tools(body.tools, configured)
+    functions, offered = offered_tools(body.tools, configured)
     max_steps, timeout = getattr(request.app.state, "mcp_bounds", DEFAULT_BOUNDS)
-    loop = _Loop(body, request, served, answer, configured, offered, functions, max_steps, timeout)
+    loop = ChatLoop(body, request, served, answer, configured, offered, functions, max_steps, timeout)
     if not body.stream:
         records: list[dict[str, Any]] = []
         reply = None
@@ -65,7 +65,7 @@ async def mcp_chat(body: Any, request: Request, served: Any, answer: Answer) -> 
     return StreamingResponse(loop.stream(first), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-def _tools(given: list[Any], configured: McpTools) -> tuple[list[dict[str, Any]], dict[str, McpTool]]:
+def offered_tools(given: list[Any], configured: McpTools) -> tuple[list[dict[str, Any]], dict[str, McpTool]]:
     functions: list[dict[str, Any]] = []
     offered: dict[str, McpTool] = {}
     for i, tool in enumerate(given):
@@ -86,7 +86,7 @@ def _tools(given: list[Any], configured: McpTools) -> tuple[list[dict[str, Any]]
     return functions + [t.definition() for t in offered.values()], offered
 
 
-class _Loop:
+class ChatLoop:
     """high.mcp_loop's loop, each round asked of the chat route; the usage of every round summed."""
 
     def __init__(self, body: Any, request: Request, served: Any, answer: Answer, configured: McpTools,

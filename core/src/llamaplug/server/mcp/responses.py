@@ -24,7 +24,7 @@ from ..responses.schemas import (
     McpToolSpec,
     ResponseUsage,
 )
-from .loop import DEFAULT_BOUNDS, _Loop, _tools
+from .loop import DEFAULT_BOUNDS, ChatLoop, offered_tools
 
 
 def mcp_tool(spec: McpToolSpec) -> dict[str, Any]:
@@ -54,12 +54,12 @@ async def mcp_response(body: Any, chat: Any, request: Request, served: Any, repl
     configured = getattr(request.app.state, "mcp", None)
     if configured is None:
         raise BadRequestError('a tool of type "mcp" needs MCP servers: serve --mcp-config FILE', param="tools")
-    functions, offered = _tools(chat.tools, configured)
+    functions, offered = offered_tools(chat.tools, configured)
     effort = body.reasoning.effort if body.reasoning is not None else None
     asked = chat.model_copy(update={"parallel_tool_calls": body.parallel_tool_calls, "reasoning_effort": effort,
                                     "structured_engine": getattr(body, "structured_engine", None)})
     max_steps, timeout = getattr(request.app.state, "mcp_bounds", DEFAULT_BOUNDS)
-    loop = _Loop(asked, request, served, chat_route, configured, offered, functions, max_steps, timeout)
+    loop = ChatLoop(asked, request, served, chat_route, configured, offered, functions, max_steps, timeout)
     items: list[Any] = []
     for tool in chat.tools:
         if isinstance(tool, dict) and tool.get("type") == "mcp":
