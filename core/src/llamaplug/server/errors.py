@@ -54,10 +54,12 @@ def as_api_error(exc: Exception) -> ApiError:
     if isinstance(exc, RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
         loc = tuple(first.get("loc", ())[1:])
-        if first.get("type") in ("union_tag_invalid", "union_tag_not_found"):
-            # a tagged union's member is chosen by its tag field, and that field is what was wrong: "tools.0.type"
-            loc += (str(first.get("ctx", {}).get("discriminator", "")).strip("'"),)
-        where = ".".join(str(p) for p in loc if p != "") or None
+        tag = str(first.get("ctx", {}).get("discriminator", "")).strip("'")
+        if first.get("type") in ("union_tag_invalid", "union_tag_not_found") and tag.isidentifier():
+            # a union tagged by a field picks its member by that field, and the field is what was wrong:
+            # "tools.0.type" (a union picked by a function, "_item_type()", names the item only)
+            loc += (tag,)
+        where = ".".join(str(p) for p in loc) or None
         if first.get("type") == "json_invalid":
             return BadRequestError(f"the body is not valid JSON: {first.get('msg', '')}", param="body")
         return BadRequestError(f"{where or 'body'}: {first.get('msg', 'invalid')}", param=where)
