@@ -250,11 +250,17 @@ def _refused(port: int) -> bool:
 
 
 # -- the terminal commands ---------------------------------------------------------------------------------------
+def _sigint_as_a_user_has_it() -> None:
+    """SIGINT's default in the child: a suite started in the background (a script's `cmd &`) ignores SIGINT, a
+    child inherits that, and Python then installs no KeyboardInterrupt handler; a user at a terminal is never so."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli_until_streaming(*args: str, stdin: bytes = b"", past: int) -> subprocess.Popen:
     """The command, once it has written `past` bytes (its reply streaming)."""
     proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", *args, "-n", str(LONG), "--temp", "0",
                              "-c", "1024", "-t", str(THREADS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, preexec_fn=_sigint_as_a_user_has_it)
     proc.stdin.write(stdin)
     proc.stdin.flush()
     os.set_blocking(proc.stdout.fileno(), False)
@@ -302,6 +308,7 @@ def _on_a_pty(*args: str) -> tuple[int, Terminal]:
 
     pid, fd = pty.fork()
     if pid == 0:  # the child: the command on the pty, its stderr too
+        _sigint_as_a_user_has_it()
         os.execv(sys.executable, [sys.executable, "-m", "llamaplug.cli", *args, "-n", str(LONG), "--temp", "0",
                                   "-c", "1024", "-t", str(THREADS)])
     return pid, Terminal(fd)
