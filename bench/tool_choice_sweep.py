@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""tool_choice "required" and a named function on every template of the pin's models/templates (issue 42 part 2).
+
+    .tox/py/bin/python bench/tool_choice_sweep.py [--max-tokens 128]
+
+SmolLM2 with no few-shot turns, the template given per request, greedy: for each template, `tool_choice="required"`
+whole and a named function streamed, both with `parallel_tool_calls=False`. Each outcome is one of: "call" (one
+call of an offered tool whose arguments validate against its schema; for the named one, that function), "call,
+length" (the call whole, the reply cut after it by max_tokens: Mistral's unbounded id), "refused" (a template with no
+place for tools: generation refuses them with an InvalidParameterError naming tools, as the library promises), or
+what else came (text, no call, a bad call, an error): those are the failures. tests/test_tool_choice.py checks the
+main families in the suite; this sweep is the whole list, too slow for CI (about 30 s a template on 2 cores: ~35 min). Results go to
+bench/results/tool_choice/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "vendor" / "llama.cpp"))
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "description": "Time in a zone", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string", "maxLength": 12}}, "required": ["zone"]}}}
+TOOLS = [WEATHER, TIME]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+NAMED = {"type": "function", "function": {"name": "get_time"}}
+
+
+def judge(calls: list[tuple[str, str]], finish: str | None, names: set[str]) -> str:
+    import jsonschema
+
+    if len(calls) != 1:
+        return f"{len(calls)} calls, finish {finish}"
+    name, arguments = calls[0]
+    if name not in names:
+        return f"called {name!r}"
+    try:
+        jsonschema.validate(json.loads(arguments), SCHEMAS[name])
+    except (ValueError, jsonschema.ValidationError) as exc:
+        return f"bad arguments {arguments!r}: {str(exc)[:80]}"
+    return "call" if finish == "tool_calls" else f"call, {finish}"
+
+
+def streamed(chunks: list[Any]) -> tuple[list[tuple[str, str]], str | None]:
+    calls: dict[int, list[str]] = {}
+    for chunk in chunks:
+        for delta in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            call = calls.setdefault(delta.index, ["", ""])
+            if delta.function is not None:
+                call[0] += delta.function.name or ""
+                call[1] += delta.function.arguments or ""
+    finish = next((c.choices[0].finish_reason for c in reversed(chunks) if c.choices), None)
+    return [(n, a) for n, a in calls.values()], finish
+
+
+def one(llama: Any, text: str, max_tokens: int) -> dict[str, str]:
+    import llamaplug as lp
+
+    given = dict(tools=TOOLS, chat_template=text, max_tokens=max_tokens, parallel_tool_calls=False, temperature=0)
+    out: dict[str, str] = {}
+    try:
+        choice = llama.create_chat_completion(ASK, tool_choice="required", **given).choices[0]
+        calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
+        out["required"] = judge(calls, choice.finish_reason, set(SCHEMAS))
+        if choice.message.content:
+            out["required"] += f" (content {choice.message.content[:40]!r})"
+    except lp.InvalidParameterError as exc:
+        out["required"] = "refused" if "tools" in str(exc) else f"{type(exc).__name__}: {exc}"[:160]
+    except lp.LlamaError as exc:
+        out["required"] = f"{type(exc).__name__}: {exc}"[:160]
+    try:
+        calls, finish = streamed(list(llama.create_chat_completion(ASK, tool_choice=NAMED, stream=True, **given)))
+        out["named, streamed"] = judge(calls, finish, {"get_time"})
+    except lp.InvalidParameterError as exc:
+        out["named, streamed"] = "refused" if "tools" in str(exc) else f"{type(exc).__name__}: {exc}"[:160]
+    except lp.LlamaError as exc:
+        out["named, streamed"] = f"{type(exc).__name__}: {exc}"[:160]
+    return out
+
+
+def main() -> None:
+    import fetch
+    import llamaplug as lp
+    from llamaplug.catalog import default_model
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(HERE / "results" / "tool_choice" /
+                                         f"sweep-{time.strftime('%Y-%m-%dT%H%M')}.json"))
+    args = ap.parse_args()
+    templates = sorted((fetch.materialise() / "models" / "templates").glob("*.jinja"))
+    results: dict[str, dict[str, str]] = {}
+    params = lp.LlamaParams(model_path=default_model("smollm2-135m-instruct"), n_ctx=8192, n_threads=args.threads)
+    with lp.Llama.load(params) as llama:
+        for path in templates:
+            results[path.name] = one(llama, path.read_text(), args.max_tokens)
+            print(f"{path.name}: {results[path.name]}", flush=True)
+    tally = Counter(v.split(" (")[0] if v.startswith("call") else v if v == "refused" else "other"
+                    for r in results.values() for v in r.values())
+    print(f"{len(templates)} templates, 2 requests each: {dict(tally)}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"max_tokens": args.max_tokens, "tally": tally, "results": results},
+                                         indent=1))
+    print(f"saved {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
