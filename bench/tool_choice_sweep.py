@@ -9,8 +9,8 @@ call of an offered tool whose arguments validate against its schema; for the nam
 length" (the call whole, the reply cut after it by max_tokens: Mistral's unbounded id), "refused" (a template with no
 place for tools: generation refuses them with an InvalidParameterError naming tools, as the library promises), or
 what else came (text, no call, a bad call, an error): those are the failures. tests/test_tool_choice.py checks the
-main families in the suite; this sweep is the whole list, too slow for CI (about 30 s a template on 2 cores: ~35 min). Results go to
-bench/results/tool_choice/.
+main families in the suite; this sweep is the whole list, too slow for CI (about 30 s a template on 2 cores:
+~35 min). Results go to bench/results/tool_choice/.
 """
 
 from __future__ import annotations
