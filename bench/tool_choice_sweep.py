@@ -25,15 +25,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "vendor" / "llama.cpp"))
+sys.path.insert(0, str(HERE.parent / "tests"))
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}
-TIME = {"type": "function", "function": {"name": "get_time", "description": "Time in a zone", "parameters": {
-    "type": "object", "properties": {"zone": {"type": "string", "maxLength": 12}}, "required": ["zone"]}}}
-TOOLS = [WEATHER, TIME]
-SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-NAMED = {"type": "function", "function": {"name": "get_time"}}
+# the suite's cases (tests/test_tool_choice.py): the same tools, question and reading of a stream
+from test_tool_choice import ASK, NAMED, SCHEMAS, TOOLS  # noqa: E402
+from test_tool_choice import _streamed as streamed  # noqa: E402
 
 
 def judge(calls: list[tuple[str, str]], finish: str | None, names: set[str]) -> str:
@@ -49,18 +45,6 @@ def judge(calls: list[tuple[str, str]], finish: str | None, names: set[str]) -> 
     except (ValueError, jsonschema.ValidationError) as exc:
         return f"bad arguments {arguments!r}: {str(exc)[:80]}"
     return "call" if finish == "tool_calls" else f"call, {finish}"
-
-
-def streamed(chunks: list[Any]) -> tuple[list[tuple[str, str]], str | None]:
-    calls: dict[int, list[str]] = {}
-    for chunk in chunks:
-        for delta in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
-            call = calls.setdefault(delta.index, ["", ""])
-            if delta.function is not None:
-                call[0] += delta.function.name or ""
-                call[1] += delta.function.arguments or ""
-    finish = next((c.choices[0].finish_reason for c in reversed(chunks) if c.choices), None)
-    return [(n, a) for n, a in calls.values()], finish
 
 
 def one(llama: Any, text: str, max_tokens: int) -> dict[str, str]:
