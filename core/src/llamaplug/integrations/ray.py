@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
@@ -161,6 +162,15 @@ async def _head_and_first_chunk(stream: Any) -> tuple[Head, bytes]:
         return head, b""
 
 
+@functools.cache
+def _dialects() -> Any:
+    """The server's map of a path to its API's dialect (dialects.DialectMap over every route the app serves)."""
+    from ..server.dialects import DialectMap
+    from ..server.routers import ROUTERS
+
+    return DialectMap(route for router in ROUTERS for route in router.routes)
+
+
 async def _rest(stream: Any, first: bytes, path: str) -> AsyncIterator[bytes]:
     """A stream's chunks; a replica lost in the middle (or stopped: Serve ends the actor at its grace time) ends
     it with its API's error event (the status line is sent), as `llamaplug serve` ends one at shutdown."""
@@ -170,17 +180,12 @@ async def _rest(stream: Any, first: bytes, path: str) -> AsyncIterator[bytes]:
         async for chunk in stream:
             yield chunk
     except _LOST as exc:
-        from ..server import dialects
+        from ..server.dialects import OPENAI
 
         lost = ClosedError(f"the replica serving this stream was lost: {type(exc).__name__}")
-        if path.startswith("/v1/messages"):
-            yield dialects.ANTHROPIC.stream_error(lost).encode()
-        elif path.startswith("/v1/responses"):
-            yield dialects.RESPONSES.stream_error(lost).encode()
-        elif path.startswith("/v1/"):
-            yield f"{dialects.OPENAI.stream_error(lost)}data: [DONE]\n\n".encode()
-        else:  # llama-server's own routes (/completion): the error, no [DONE]
-            yield dialects.NATIVE.stream_error(lost).encode()
+        dialect = _dialects()(path)
+        # OpenAI's streams end with [DONE]; Anthropic's, the Responses API's and llama-server's with their error
+        yield (dialect.stream_error(lost) + ("data: [DONE]\n\n" if dialect is OPENAI else "")).encode()
     finally:
         stream.cancel()  # the client left (or the stream ended): the replica's task ends, its slot is free
 
@@ -234,8 +239,8 @@ def build_app(source: LlamaParams | str | os.PathLike[str] | AppFactory, *, num_
     `model_id`, `api_key`, `pooling` and `app_options` (its other keywords: n_predict, slot_save_path):
     as `create_app`'s. `shutdown_timeout_s`: a replica stopped (serve.delete, a scale-down) lets its running
     requests go on for up to this long (`serve --shutdown-timeout`; Serve's graceful_shutdown_timeout_s, its
-    default 20 s), then Serve ends the actor and the ingress ends each stream it was serving with an error
-    event (OpenAI's shape) and [DONE].
+    default 20 s), then Serve ends the actor and the ingress ends each stream it was serving with its API's
+    error event (and [DONE] on OpenAI's).
     """
     if routing not in ("prefix", "round_robin"):
         raise InvalidParameterError(f"routing {routing!r}: one of 'prefix', 'round_robin'", field="routing")
