@@ -27,6 +27,9 @@ GGML_MAX_N_THREADS = 512  # ggml.h; llama_decode segfaults with more threads (n_
 LLAMA_MAX_SEQ = 256
 
 
+# what turns a JSON schema or grammar into a constraint (high/structured.py); every face's field takes these
+StructuredEngine = Literal["gbnf", "llguidance", "auto"]
+
 class NumaStrategy(enum.IntEnum):
     DISABLED = 0
     DISTRIBUTE = 1
@@ -416,7 +419,7 @@ class LlamaParams(ModelParams, ContextParams):
     cache_disk_mib: int = Field(4096, ge=0, le=1 << 30,
                                 description="the most MiB of cache files in cache_dir (least recently used go "
                                             "first); 0 = no disk tier")
-    structured_engine: Literal["gbnf", "llguidance", "auto"] = Field(
+    structured_engine: StructuredEngine = Field(
         "gbnf", description='what turns a JSON schema or grammar into a constraint (high/structured.py): "gbnf" '
                             "llama.cpp's converter and grammar sampler (as llama-server), \"llguidance\" the "
                             "llamaplug-llguidance plugin's sampler, \"auto\" llguidance when it is installed")

@@ -14,7 +14,7 @@ over LlamaParams.structured_engine (`serve --structured-engine`).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import pydantic
 
@@ -22,12 +22,13 @@ from .. import plugins
 from ..blocks.grammar import Grammar
 from ..blocks.sampling import LlamaSampler, SamplerChain, plugin_sampler
 from ..errors import InvalidParameterError, ReplyValidationError
+from ..params import StructuredEngine
 
 if TYPE_CHECKING:
     from ..blocks.model import LlamaModel
     from .completion import Completion
 
-ENGINES = ("gbnf", "llguidance", "auto")
+ENGINES = get_args(StructuredEngine)
 LLGUIDANCE = "llguidance"  # the name the plugin's sampler is registered under
 
 # What response_format takes: OpenAI's dict, or a pydantic model (class) whose JSON schema constrains the reply.

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...params import StructuredEngine
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -139,7 +141,7 @@ class MessagesRequest(_Body):
     tool_choice: ToolChoice | None = None
     metadata: dict[str, Any] | None = None
     output_config: OutputConfig | None = None
-    structured_engine: Literal["gbnf", "llguidance", "auto"] | None = Field(
+    structured_engine: StructuredEngine | None = Field(
         None, description="llamaplug's: what constrains the reply to output_config.format (default: the server's "
                           "--structured-engine)")
     thinking: ThinkingConfig | None = None

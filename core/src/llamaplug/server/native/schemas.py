@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...params import SamplerParams
+from ...params import SamplerParams, StructuredEngine
 from ..openai.schemas import LogitBias
 
 Prompt = str | list[int | str] | list[str | list[int | str]]
@@ -55,7 +55,7 @@ class NativeCompletionRequest(_Native):
                                          "false bans the token")
     grammar: str | None = Field(None, description="a GBNF grammar the output must match")
     json_schema: dict[str, Any] | None = Field(None, description="a JSON schema the output must match")
-    structured_engine: Literal["gbnf", "llguidance", "auto"] | None = Field(
+    structured_engine: StructuredEngine | None = Field(
         None, description="llamaplug's: what constrains the output to json_schema or grammar (default: the server's "
                           "--structured-engine)")
 

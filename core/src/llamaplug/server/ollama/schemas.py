@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...params import SamplerParams
+from ...params import SamplerParams, StructuredEngine
 from ..errors import BadRequestError
 
 log = logging.getLogger("llamaplug.server.ollama")
@@ -54,7 +54,7 @@ class _Generating(_Body):
     options: dict[str, Any] | None = None
     keep_alive: Duration | None = None
     think: bool | Literal["low", "medium", "high", "max"] | None = None
-    structured_engine: Literal["gbnf", "llguidance", "auto"] | None = Field(
+    structured_engine: StructuredEngine | None = Field(
         None, description="llamaplug's, not Ollama's: what constrains the reply to `format` (default: the "
                           "server's --structured-engine)")
 

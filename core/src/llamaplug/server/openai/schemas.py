@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...high.chat import ChatCompletion, Usage
-from ...params import SamplerParams
+from ...params import SamplerParams, StructuredEngine
 
 MAX_CHOICES = 128
 
@@ -97,7 +97,7 @@ class ChatRequest(_Request):
     grammar: str | None = Field(None, description="llama-server's: a GBNF grammar the reply must match")
     json_schema: dict[str, Any] | None = Field(None, description="llama-server's: a JSON schema the reply must "
                                                "match (response_format wins over it)")
-    structured_engine: Literal["gbnf", "llguidance", "auto"] | None = Field(
+    structured_engine: StructuredEngine | None = Field(
         None, description="llamaplug's: what constrains the reply to response_format, json_schema or grammar "
                           "(default: the server's --structured-engine)")
     timings_per_token: bool = Field(False, description="llama-server's: `timings` on every streamed chunk")

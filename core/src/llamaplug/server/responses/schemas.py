@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from ...params import StructuredEngine
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -115,7 +117,7 @@ class ResponsesRequest(_Body):
     parallel_tool_calls: bool | None = None
     stream: bool = False
     text: TextConfig | None = None
-    structured_engine: Literal["gbnf", "llguidance", "auto"] | None = Field(
+    structured_engine: StructuredEngine | None = Field(
         None, description="llamaplug's: what constrains the reply to text.format (default: the server's "
                           "--structured-engine)")
     previous_response_id: str | None = None
