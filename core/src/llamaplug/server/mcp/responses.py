@@ -76,13 +76,8 @@ async def mcp_response(body: Any, chat: Any, request: Request, served: Any, repl
                                     status="failed" if failed else "completed"))
         else:
             final = item
-    choice = final.choices[0]
-    incomplete = choice.finish_reason == "length"
-    if choice.message.reasoning_content:
-        items.append(reply.reasoning(choice.message.reasoning_content, "completed"))
-    if choice.message.content:
-        items.append(reply.message(choice.message.content, "incomplete" if incomplete else "completed"))
-    items += [reply.call(c, "completed") for c in choice.message.tool_calls or []]
+    answer, incomplete = reply.output(final.choices[0])
+    items += answer
     prompt, generated = loop.usage
     usage = ResponseUsage(input_tokens=prompt, input_tokens_details=InputTokensDetails(), output_tokens=generated,
                           total_tokens=prompt + generated)

@@ -91,14 +91,7 @@ async def responses(body: ResponsesRequest, request: Request,
     if body.stream:
         return named_sse(_events(reply, run), reply.error)
     done = await unless_gone(request, run.acompletion())
-    choice = run.reply(done).choices[0]
-    incomplete = choice.finish_reason == "length"
-    items: list[ReasoningOut | OutputMessage | FunctionCallOut] = []
-    if choice.message.reasoning_content:
-        items.append(reply.reasoning(choice.message.reasoning_content, "completed"))
-    if choice.message.content:
-        items.append(reply.message(choice.message.content, "incomplete" if incomplete else "completed"))
-    items += [reply.call(c, "completed") for c in choice.message.tool_calls or []]
+    items, incomplete = reply.output(run.reply(done).choices[0])
     return reply.finish(reply.response(items, incomplete, done.timings))
 
 
@@ -222,6 +215,17 @@ class _Reply:
         self.ident, self.created, self.model, self.body = f"resp_{uuid.uuid4().hex}", int(time.time()), served.id, body
         self.sequence = 0
         self.keep: Callable[[dict[str, Any]], None] | None = None  # stores the finished response (store: true)
+
+    def output(self, choice: Any) -> tuple[list[ReasoningOut | OutputMessage | FunctionCallOut], bool]:
+        """A whole chat reply's `choice` as output items (thinking, text, calls), and whether max tokens cut it."""
+        incomplete = choice.finish_reason == "length"
+        items: list[ReasoningOut | OutputMessage | FunctionCallOut] = []
+        if choice.message.reasoning_content:
+            items.append(self.reasoning(choice.message.reasoning_content, "completed"))
+        if choice.message.content:
+            items.append(self.message(choice.message.content, "incomplete" if incomplete else "completed"))
+        items += [self.call(c, "completed") for c in choice.message.tool_calls or []]
+        return items, incomplete
 
     def message(self, text: str, status: str) -> OutputMessage:
         return OutputMessage(id=f"msg_{uuid.uuid4().hex}", status=status,  # type: ignore[arg-type]
