@@ -46,6 +46,46 @@ def call(port: int, path: str, body: Any = None, raw: bytes | None = None, metho
     return status, json.loads(text)
 
 
+def tool(port: int, folder: Path, name: str, params: Any, stream: bool = False, **headers: str
+         ) -> tuple[int, Any]:
+    """One POST /tools call (serve --tools all) with x-tool-cwd `folder`: (status, body with `folder` as DIR)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/tools", method="POST", data=json.dumps(
+        {"tool": name, "params": params, "stream": stream}).encode(), headers={"x-tool-cwd": str(folder), **{
+            k.replace("_", "-"): v for k, v in headers.items()}})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            status, text = resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        status, text = err.code, err.read().decode()
+    text = text.replace(str(folder), "DIR")
+    if stream:
+        return status, [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    return status, json.loads(text)
+
+
+def tools_script(port: int, folder: Path) -> dict[str, tuple[int, Any]]:
+    """The built-in tools' round trip in `folder`: write, read, edit (and its refusals), search, a shell."""
+    folder.mkdir()
+    dup = [{"old_text": "dup", "new_text": "x"}]
+    return {
+        "write": tool(port, folder, "write_file", {"path": "sub/a.txt", "content": "dup\ndup\nkeep \u201cq\u201d  \n"}),
+        "read": tool(port, folder, "read_file", {"path": "sub/a.txt", "append_loc": True, "start_line": 2}),
+        "edit_not_unique": tool(port, folder, "edit_file", {"path": "sub/a.txt", "edits": dup}),
+        "edit_fuzzy": tool(port, folder, "edit_file", {"path": "sub/a.txt", "edits": [
+            {"old_text": "dup\ndup", "new_text": "one"}, {"old_text": 'keep "q"', "new_text": "kept"}]}),
+        "read_after": tool(port, folder, "read_file", {"path": "sub/a.txt"}),
+        "glob": tool(port, folder, "file_glob_search", {"path": ".", "type": "all"}),
+        "glob_bad_type": tool(port, folder, "file_glob_search", {"path": ".", "type": "bogus"}),
+        "grep": tool(port, folder, "grep_search", {"path": ".", "pattern": "k.pt", "context_lines": 1}),
+        "shell": tool(port, folder, "exec_shell_command", {"command": "cat sub/a.txt; exit 3"}),
+        "shell_stream": tool(port, folder, "exec_shell_command", {"command": "echo hello"}, stream=True),
+        "no_path": tool(port, folder, "read_file", {}),
+        "path_type": tool(port, folder, "read_file", {"path": 5}),
+        "unknown_tool": tool(port, folder, "no_such_tool", {}),
+        "bad_runtime": tool(port, folder, "get_info", {}, x_tool_runtime="ssh:-oProxyCommand=x"),
+    }
+
+
 def llama_server_script(port: int) -> dict[str, tuple[int, Any]]:
     """What a script written for llama-server sees, request by request."""
     seen = {
@@ -92,11 +132,13 @@ def both(native_tools, smollm2_path, tmp_path_factory) -> dict[str, dict[str, tu
     """The script's answers from the pin's llama-server and from llamaplug serve (each with its own save folder)."""
     folders = [tmp_path_factory.mktemp(name) for name in ("theirs", "ours")]
     with llama_server(native_tools, smollm2_path, "-c", str(CTX), "--slot-save-path", f"{folders[0]}/",
-                      "--metrics") as port:
+                      "--metrics", "--tools", "all") as port:
         theirs = llama_server_script(port)
+        theirs["tools"] = (200, tools_script(port, folders[0] / "tools"))
     with llamaplug_server(smollm2_path, "-np", "1", "-c", str(CTX), "--spec-type", "none", "--slot-save-path",
-                          str(folders[1]), "--metrics", "--jinja") as (port, _):
+                          str(folders[1]), "--metrics", "--jinja", "--tools", "all") as (port, _):
         ours = llama_server_script(port)
+        ours["tools"] = (200, tools_script(port, folders[1] / "tools"))
         ours["metrics"] = (200, _metrics(port))
     assert not (folders[1].parent / "outside.bin").exists()
     return {"theirs": theirs, "ours": ours}
@@ -348,13 +390,26 @@ def test_llama_server_flags_we_have(argv, dest, value):
 
 
 @pytest.mark.parametrize("flag", ["--ssl-key-file", "--yarn-beta-fast", "--spm-infill", "--ubatch-size",
-                                  "--tools"])
+                                  "--tools-runtime"])
 def test_a_llama_server_flag_we_lack_is_an_error_naming_it(flag, capsys):
     from llamaplug.cli import parser
 
     with pytest.raises(SystemExit):
         parser().parse_args(["serve", flag, "1"])
     assert f"{flag} is a llama-server flag" in capsys.readouterr().err
+
+
+def test_builtin_tools_answer_as_llama_servers(both):
+    """serve --tools all: each tool call of the round trip gets llama-server's status, and its answer where the
+    tool ran (a 4xx's body is in each server's own error shape: ours names the field, theirs is its JSON parser's)."""
+    theirs, ours = both["theirs"]["tools"][1], both["ours"]["tools"][1]
+    for name, (status, body) in theirs.items():
+        assert ours[name][0] == status, (name, ours[name], body)
+        if status == 200:
+            assert ours[name][1] == body, name
+    assert ours["edit_fuzzy"][1]["edits_applied"] == 2  # the round trip did edit (equal to llama-server's above)
+    assert "params.path" in ours["no_path"][1]["error"]["message"]
+    assert "params.path" in ours["path_type"][1]["error"]["message"]
 
 
 def test_single_model_serves_any_name_and_several_keep_the_404(llama):

@@ -8,6 +8,7 @@ import logging
 
 from .. import __version__
 from ..errors import LlamaError, TokenizerError
+from ..server.builtin_tools import NAMES as BUILTIN_TOOLS
 from .gguf import INSPECT_JSON, cmd_inspect, cmd_quantize
 from .info import cmd_info
 from .options import REQUEST_DEFAULTS
@@ -110,6 +111,15 @@ def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return int(text)
+
+
+def _builtin_tools(text: str) -> list[str]:
+    """llama-server's --tools: a comma list of the built-in tools' names, "all" for every one."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if name != "all" and name not in BUILTIN_TOOLS:
+            raise argparse.ArgumentTypeError(f'unknown tool "{name}". available tools: {", ".join(BUILTIN_TOOLS)}')
+    return list(BUILTIN_TOOLS) if "all" in names else [n for n in BUILTIN_TOOLS if n in names]
 
 
 def _port(text: str) -> int:
@@ -302,6 +312,11 @@ def parser() -> argparse.ArgumentParser:
                        help='MCP servers whose tools chat requests may ask for (a tool {"type": "mcp", '
                             '"server_label": NAME}); llama-server\'s JSON: {"mcpServers": {NAME: {"command", '
                             '"args", "env", "cwd", "timeout_ms"}}}; listed at GET /tools (default: none)')
+    serve.add_argument("--tools", type=_builtin_tools, default=[], metavar="TOOL1,TOOL2,...|all",
+                       help="llama-server's built-in tools for its web UI at GET/POST /tools: "
+                            f"{', '.join(BUILTIN_TOOLS)}; they read, write and run anything as this user for whoever "
+                            "reaches the server, do not enable in untrusted environments (default: none; "
+                            "--cors-origins then defaults to localhost, as llama-server's)")
     serve.add_argument("--mcp-max-steps", type=_positive, default=8, metavar="N",
                        help="rounds of MCP tool calls one request may run before its last answer (default 8)")
     serve.add_argument("--mcp-timeout", type=_seconds, default=300.0, metavar="DURATION",

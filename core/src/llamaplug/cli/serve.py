@@ -87,6 +87,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         specs = [dataclasses.replace(spec, sampling=defaults) for spec in specs]
     if args.ray:
+        if args.tools:
+            raise InvalidParameterError("--tools is not available with --ray (the tools would run on whichever "
+                                        "replica's machine answers)", field="tools")
         if len(specs) != 1:
             raise InvalidParameterError("--ray serves one model (one -m); several models on Ray are not supported yet",
                                         field="ray")
@@ -125,7 +128,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         serve_log.log.info("%d models, each loaded when first asked for: %s", len(specs),
                            ", ".join(s.id for s in specs))
-    cors = Cors.serving(args.cors_origins, args.cors_methods, args.cors_headers, args.cors_credentials, args.api_key)
+    origins = args.cors_origins
+    if origins is None and (args.tools or args.mcp_config is not None):  # llama-server's default with either
+        origins = "localhost"
+    cors = Cors.serving(origins, args.cors_methods, args.cors_headers, args.cors_credentials, args.api_key)
     app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
                          max_body=args.max_body_mib * 2**20, cors=cors, endpoint_slots=args.endpoint_slots,
                          webui=args.webui)
@@ -143,6 +149,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app.state.ui_mcp_proxy = args.ui_mcp_proxy
     if args.ui_mcp_proxy:
         serve_log.log.warning("--ui-mcp-proxy: /cors-proxy forwards requests to any URL (experimental)")
+    if args.tools:  # POST /tools exists only with the flag
+        from ..server.builtin_tools.routes import router as tools_router
+
+        app.include_router(tools_router)
+        app.state.builtin_tools = args.tools
+        serve_log.log.warning("--tools %s: /tools reads, writes and runs anything as this user for whoever reaches "
+                              "the server (experimental)", ",".join(args.tools))
     if args.mcp_config is not None:  # the servers are started once here to list their tools, then per call
         import asyncio
 

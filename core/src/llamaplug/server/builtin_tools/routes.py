@@ -1,0 +1,85 @@
+"""POST /tools: one built-in tool call, as llama-server's (added to the app only by `serve --tools`).
+
+{"tool": NAME, "params": {...}, "stream": false}; headers: x-tool-cwd (the folder relative paths and the shell
+start from: the model's own "cwd" param is dropped), x-resp-type: base64 (read_file's whole file), x-tool-runtime.
+An unknown tool is a 404; a tool's own failure a 200 {"error": ...}; a param of the wrong shape a 400 naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..api_error import NotFoundError, NotSupportedError, ServerFaultError
+from ..dialects import NATIVE
+from ..errors import ERROR_RESPONSES
+from . import files, search, shell
+from .fields import Params
+
+router = NATIVE.router()
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    tool: str = Field(description="the tool's name, as GET /tools lists it")
+    params: dict[str, Any] = Field(default_factory=dict, description="the tool's arguments")
+    stream: bool = Field(False, description="exec_shell_command only: its output as server-sent events")
+
+
+_SYNC = {"read_file": None, "write_file": files.write_file, "edit_file": files.edit_file,
+         "file_glob_search": search.file_glob_search, "grep_search": search.grep_search}
+_ASYNC = {"exec_shell_command": shell.exec_shell_command, "get_info": shell.get_info}
+
+
+def check_runtime(spec: str) -> None:
+    """x-tool-runtime: llama-server's errors for a spec it refuses (a 500 there, which its tests pin), and a 501
+    for one it would run: tools run on this host only here, and a call that names an isolate never runs on it."""
+    engine = re.match(r"(docker|podman)(-container)?:(.*)", spec, re.DOTALL)
+    if engine:
+        if not engine.group(2):
+            raise ServerFaultError("tool runtime must name a running container: " + spec)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", engine.group(3)):
+            raise ServerFaultError("invalid container id: " + engine.group(3))
+    elif spec.startswith("ssh:"):
+        if not re.fullmatch(r"[A-Za-z0-9._@][A-Za-z0-9._@-]*", spec[4:]):
+            raise ServerFaultError("invalid ssh target: " + spec[4:])
+    else:
+        raise ServerFaultError("unknown tool runtime: " + spec)
+    raise NotSupportedError(f"x-tool-runtime {spec}: llamaplug serve runs its tools on this host only (llama-server's "
+                            "container and ssh runtimes are not implemented)", param="x-tool-runtime")
+
+
+@router.post("/tools", responses=ERROR_RESPONSES)
+async def call_tool(body: ToolCall, request: Request) -> Any:
+    enabled: list[str] = request.app.state.builtin_tools
+    if body.tool not in enabled:
+        raise NotFoundError(f'unknown tool "{body.tool}"', param="tool")
+    if body.stream and body.tool != "exec_shell_command":
+        raise NotFoundError(f'tool "{body.tool}" does not support stream = true', param="stream")
+    runtime = request.headers.get("x-tool-runtime", "")
+    if runtime:
+        check_runtime(runtime)
+    params = Params({k: v for k, v in body.params.items() if k not in ("cwd", "runtime", "resp_type")},
+                    request.headers.get("x-tool-cwd", ""))
+    if body.stream:
+        run = shell.command_run(params)  # a bad param is a 400 before the stream's 200
+
+        async def events():
+            async for chunk in shell.exec_shell_command_stream(run):
+                yield f"data: {json.dumps({'chunk': chunk})}\n\n"
+            yield f"data: {json.dumps({'done': True})}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+    if body.tool in _ASYNC:
+        return await _ASYNC[body.tool](params)
+    if body.tool == "read_file":
+        resp_type = request.headers.get("x-resp-type", "")
+        return await asyncio.to_thread(files.read_file, params, resp_type)
+    return await asyncio.to_thread(_SYNC[body.tool], params)
