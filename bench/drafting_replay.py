@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Drafting settings tried offline: the n-gram drafter replayed over recorded greedy chats, priced by this machine's
+llama_decode cost per batch size (issue 45).
+
+    /tmp/lp/hv/bin/python bench/drafting_replay.py --model smollm2 [--max-tokens 256] [--threads 2]
+
+1. Records `bench/serving.py drafting`'s copy and free chats once, greedy and without drafting (one Llama): each
+   chat's prompt (the chat layer's rendering, tokenized) and reply (its text tokenized again: a few tokens may split
+   differently from the generated ones).
+2. Measures llama_decode of 1, 2, 4, ... 64 tokens after a 400-token history (the median of 5), with logits on every
+   row as a verify batch has them.
+3. Replays NgramModDrafter ("auto" and "ngram-mod") with each setting over the chats in the bench's order (one table
+   for all, as one server): a step decodes the slot's next token and its draft, keeps the guesses the recorded
+   reply continues with, and costs decode(1 + draft) / decode(1). Prints, per setting and chat set, the modelled
+   generation speed-up over no drafting (prefill excluded, so the bench's ratios are lower), steps, tokens drafted
+   and accepted.
+
+A drafter setting only moves what this prints; where a verify row costs about half a single decode (SmolLM2's Q4_1
+on x86 has no GEMM kernel), even every token accepted in 64-token drafts gives under 2x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("serving", HERE / "serving.py")
+serving = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(serving)  # type: ignore[union-attr]
+
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+SETTINGS = [("auto", 24, 48), ("ngram-mod", 24, 48), ("auto", 16, 32), ("ngram-mod", 16, 32), ("auto", 12, 24),
+            ("auto", 8, 16)]
+
+
+def record(model: Path, max_tokens: int, threads: int) -> dict:
+    import llamaplug as lp
+    from llamaplug.blocks.batch import LlamaBatch
+    from llamaplug.high.chat_plan import render_prompt
+
+    chats = []
+    with lp.Llama.load(lp.LlamaParams(model, n_ctx=4096, n_threads=threads, cache_ram_mib=0)) as llama:
+        for name, prompts in (("copy", serving._copy_prompts()), ("free", serving.FREE_PROMPTS)):
+            for text in prompts:
+                messages = [{"role": "user", "content": text}]
+                prompt, _ = render_prompt(llama, messages, None, None)
+                got = llama.create_chat_completion(messages, max_tokens=max_tokens, temperature=0)
+                reply = got["choices"][0]["message"]["content"] or ""
+                chats.append({"set": name, "prompt": llama.tokenize(prompt, False, True),
+                              "reply": llama.tokenize(reply, False, False)})
+                print(f"recorded {name}: {len(chats[-1]['prompt'])} + {len(chats[-1]['reply'])} tokens", flush=True)
+        ctx = llama.context
+        words = llama.tokenize((HERE.parent / "README.md").read_text(encoding="utf-8"), False)[:600]
+        batch = LlamaBatch(1024, 1)
+        batch.add_sequence(words[:400], 0, False, 0)
+        ctx.decode(batch)
+        curve = {}
+        for n in SIZES:
+            times = []
+            for _ in range(5):
+                batch.clear()
+                for i in range(n):
+                    batch.add(words[400 + i], 400 + i, 0, True)
+                t0 = time.perf_counter()
+                ctx.decode(batch)
+                times.append(time.perf_counter() - t0)
+                ctx.kv_cache_seq_rm(0, 400, -1)
+            curve[n] = statistics.median(times)
+            print(f"decode of {n:2} tokens: {curve[n] * 1e3:.2f} ms ({curve[n] / curve[1]:.2f}x one)", flush=True)
+    return {"chats": chats, "curve": curve}
+
+
+def price(curve: dict[int, float], n: int) -> float:
+    """decode(n) / decode(1), linear between the measured sizes."""
+    sizes = sorted(curve)
+    for a, b in zip(sizes, sizes[1:]):
+        if a <= n <= b:
+            return (curve[a] + (curve[b] - curve[a]) * (n - a) / (b - a)) / curve[sizes[0]]
+    return curve[sizes[-1]] * n / sizes[-1] / curve[sizes[0]]
+
+
+def replay(chats: list[dict], curve: dict[int, float], kind: str, n_match: int, n_min: int, n_max: int,
+           max_tokens: int) -> dict[str, list[float]]:
+    from llamaplug.high.ngram_mod import NgramModDrafter
+    from llamaplug.high.speculative import DraftRequest
+
+    drafter = NgramModDrafter(n_match, n_min, n_max, adaptive=kind == "auto")
+    out: dict[str, list[float]] = {}
+    for chat in chats:
+        job, prompt, reply = object(), chat["prompt"], chat["reply"]
+        tally = out.setdefault(chat["set"], [0, 0.0, 0, 0, 0])  # tokens, cost, steps, drafted, accepted
+        i = 0
+        while i < len(reply):
+            room = min(n_max, max_tokens - i - 2)  # the scheduler's: room for one sampled after the last guess
+            draft = drafter.draft([DraftRequest(0, prompt + reply[:i], reply[i], room, job)])[0] if room > 0 else []
+            kept = 0
+            for guess, truth in zip(draft, reply[i + 1:]):
+                if guess != truth:
+                    break
+                kept += 1
+            tally[0] += 1 + kept
+            tally[1] += price(curve, 1 + len(draft))
+            tally[2] += 1
+            tally[3] += len(draft)
+            tally[4] += kept
+            i += 1 + kept
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=serving.THREADS)
+    ap.add_argument("--n-max", type=int, default=64)
+    ap.add_argument("--recorded", metavar="FILE", help="replay this earlier record (this script's JSON) instead")
+    args = ap.parse_args()
+    if args.recorded:
+        data = json.loads(Path(args.recorded).read_text(encoding="utf-8"))
+        data["curve"] = {int(k): v for k, v in data["curve"].items()}
+    else:
+        data = record(serving.model_path(args.model), args.max_tokens, args.threads)
+    results = {}
+    for kind, n_match, n_min in SETTINGS:
+        got = replay(data["chats"], data["curve"], kind, n_match, n_min, args.n_max, args.max_tokens)
+        key = f"{kind} n_match={n_match} n_min={n_min}"
+        results[key] = {s: {"speedup": t[0] / t[1], "steps": t[2], "drafted": t[3], "accepted": t[4], "tokens": t[0]}
+                        for s, t in got.items()}
+        print(f"{key:30} " + "  ".join(f"{s}: {v['speedup']:.2f}x ({v['steps']} steps, {v['accepted']}/"
+                                         f"{v['drafted']} accepted)" for s, v in results[key].items()), flush=True)
+    serving.OUT.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%dT%H%M")
+    path = serving.OUT / f"replay-{stamp}-{args.model}.json"
+    path.write_text(json.dumps({"argv": sys.argv[1:], "results": results, **data}), encoding="utf-8")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
