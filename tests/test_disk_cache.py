@@ -231,6 +231,19 @@ def test_the_disk_limit_holds(smollm2_path, tmp_path):
     assert not [p for p in d.iterdir() if p.name.startswith("tmp-")]
 
 
+def test_a_lower_limit_holds_from_the_open(smollm2_path, written, tmp_path):
+    """A directory another run filled under a larger limit is brought under this one's as it opens (the state
+    machine, tests/test_prompt_cache_machine.py, found it over the limit until the next write)."""
+    d = tmp_path / "cache"
+    shutil.copytree(written, d)
+    assert disk_usage(d) > 1 << 20
+    llm = load(smollm2_path, d, cache_disk_mib=1)
+    try:
+        assert disk_usage(d) <= 1 << 20
+    finally:
+        llm.close()
+
+
 CHILD = """
 import json, sys
 import llamaplug as lp

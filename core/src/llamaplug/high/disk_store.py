@@ -187,6 +187,8 @@ class DiskStore:
         self._writer: threading.Thread | None = None
         self._closed = False
         self.stats: EngineStats | None = None  # cache_disk_bytes kept here when set
+        with self._dir_locked():  # a directory filled under a larger limit (another run's) is brought under ours
+            self._make_room(0)
 
     # -- the scope ----------------------------------------------------------------
     def scope(self) -> tuple[str, dict[str, Any]]:
