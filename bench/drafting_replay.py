@@ -73,7 +73,7 @@ def record(model: Path, max_tokens: int, threads: int) -> dict:
                 ctx.kv_cache_seq_rm(0, 400, -1)
             curve[n] = statistics.median(times)
             print(f"decode of {n:2} tokens: {curve[n] * 1e3:.2f} ms ({curve[n] / curve[1]:.2f}x one)", flush=True)
-    return {"chats": chats, "curve": curve}
+    return {"model": model.name, "threads": threads, "chats": chats, "curve": curve}
 
 
 def price(curve: dict[int, float], n: int) -> float:
@@ -136,7 +136,7 @@ def main() -> None:
                                          f"{v['drafted']} accepted)" for s, v in results[key].items()), flush=True)
     serving.OUT.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%dT%H%M")
-    path = serving.OUT / f"replay-{stamp}-{args.model}.json"
+    path = serving.OUT / f"replay-{stamp}-{Path(data.get('model', args.model)).stem}.json"
     path.write_text(json.dumps({"argv": sys.argv[1:], "results": results, **data}), encoding="utf-8")
     print(f"wrote {path}")
 
