@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from . import responses, settings
 from .grammar import LlamaGrammar
 from .processors import LogitsProcessorList, Stage, StoppingCriteriaList
 from .state import LlamaState
+from .tokenizer import LlamaTokenizer
 
 # llama-cpp-python's chat_format names and the llama.cpp built-in template of the same format.
 CHAT_FORMATS = {
@@ -68,6 +70,7 @@ class Llama:
         self.n_batch = params.n_batch
         self.metadata: dict[str, str] = dict(self.llamaplug.model.metadata)
         self._pooling = None if params.pooling_type < 0 else int(params.pooling_type)
+        self.tokenizer_ = LlamaTokenizer(self)
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: str | None, additional_files: list[str] | None = None,
@@ -96,6 +99,22 @@ class Llama:
 
     def n_ctx(self) -> int:
         return self.llamaplug.context.n_ctx
+
+    def tokenizer(self) -> LlamaTokenizer:
+        return LlamaTokenizer(self)
+
+    @property
+    def model(self) -> lp.LlamaModel:
+        """The loaded model (llama-cpp-python's is its llama_model pointer): what llama_model_get_vocab takes."""
+        return self.llamaplug.model
+
+    @property
+    def context_params(self) -> SimpleNamespace:
+        """The context's settings under llama-cpp-python's names (its ctypes llama_context_params), read-only here:
+        LlamaIndex's LlamaCPP reads `context_params.n_ctx` for its context window."""
+        p = self.params
+        return SimpleNamespace(n_ctx=self.n_ctx(), n_batch=p.n_batch, n_ubatch=p.n_ubatch, n_seq_max=p.n_seq_max,
+                               n_threads=p.n_threads, n_threads_batch=p.n_threads_batch or p.n_threads)
 
     def n_embd(self) -> int:
         return self.llamaplug.model.n_embd

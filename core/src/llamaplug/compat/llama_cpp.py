@@ -2,8 +2,10 @@
 
 Or `llamaplug.compat.install_as_llama_cpp()` once, and `import llama_cpp` anywhere after it gives
 this module. What is here: `Llama` (completions, chat, embeddings, tokens, state), `LlamaGrammar`,
-`LogitsProcessorList`, `StoppingCriteriaList`, `LlamaState`, and the constants callers pass to
-`Llama(...)`. What is not: the ctypes layer (`llama_cpp.llama_cpp`, `llama_cpp.llava_cpp`), the
+`LogitsProcessorList`, `StoppingCriteriaList`, `LlamaState`, `LlamaTokenizer`, the constants callers pass to
+`Llama(...)`, and of the ctypes layer only the two vocabulary functions outlines reads the vocabulary with
+(`llama_model_get_vocab`, `llama_token_to_piece`). What is not: the rest of the ctypes layer
+(`llama_cpp.llama_cpp`, `llama_cpp.llava_cpp`), the
 private `_internals`, chat handlers and the server (docs/from-llama-cpp-python.md).
 """
 
@@ -22,6 +24,7 @@ from .processors import (
 )
 from .settings import LLAMA_DEFAULT_SEED
 from .state import LlamaState
+from .tokenizer import LlamaTokenizer, llama_model_get_vocab, llama_token_to_piece
 
 # The llama-cpp-python release whose API this follows, marked as llamaplug's (a PEP 440 local version).
 __version__ = f"0.3.35+llamaplug.{__version__.replace('-', '.')}"
@@ -39,7 +42,8 @@ GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GG
 
 __all__ = [
     "Llama", "LlamaGrammar", "LlamaState", "LogitsProcessor", "LogitsProcessorList", "MinTokensLogitsProcessor",
-    "StoppingCriteria", "StoppingCriteriaList", "LLAMA_DEFAULT_SEED", "LLAMA_GRAMMAR_DEFAULT_ROOT",
+    "StoppingCriteria", "StoppingCriteriaList", "LlamaTokenizer", "llama_model_get_vocab", "llama_token_to_piece",
+    "LLAMA_DEFAULT_SEED", "LLAMA_GRAMMAR_DEFAULT_ROOT",
     "LLAMA_SPLIT_MODE_NONE", "LLAMA_SPLIT_MODE_LAYER", "LLAMA_SPLIT_MODE_ROW",
     "LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED", "LLAMA_ROPE_SCALING_TYPE_NONE", "LLAMA_ROPE_SCALING_TYPE_LINEAR",
     "LLAMA_ROPE_SCALING_TYPE_YARN", "LLAMA_ROPE_SCALING_TYPE_LONGROPE",
