@@ -51,10 +51,12 @@ def record(model: Path, max_tokens: int, threads: int) -> dict:
                 messages = [{"role": "user", "content": text}]
                 prompt, _ = render_prompt(llama, messages, None, None)
                 got = llama.create_chat_completion(messages, max_tokens=max_tokens, temperature=0)
-                reply = got["choices"][0]["message"]["content"] or ""
+                reply = got.choices[0].message.content or ""
                 chats.append({"set": name, "prompt": llama.tokenize(prompt, False, True),
                               "reply": llama.tokenize(reply, False, False)})
                 print(f"recorded {name}: {len(chats[-1]['prompt'])} + {len(chats[-1]['reply'])} tokens", flush=True)
+    # A fresh context: its sequence 0 holds no chat, and the engine owns the first one's.
+    with lp.Llama.load(lp.LlamaParams(model, n_ctx=4096, n_threads=threads, cache_ram_mib=0)) as llama:
         ctx = llama.context
         words = llama.tokenize((HERE.parent / "README.md").read_text(encoding="utf-8"), False)[:600]
         batch = LlamaBatch(1024, 1)
