@@ -246,6 +246,35 @@ def test_responses_run_mcp_tools(server, calls):
     assert status == 400 and bad["error"]["param"] == "tools.require_approval"
 
 
+def test_responses_stream_mcp_tools(server, calls):
+    """Streamed /v1/responses with an MCP tool: OpenAI's events (response.mcp_list_tools.*, response.mcp_call.*,
+    output_item.added/done, the answer's text deltas), read by the openai client's stream."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"http://127.0.0.1:{server}/v1", api_key="none", timeout=600, max_retries=0)
+    before = called(calls)
+    events = list(client.responses.create(
+        input="What is 6 times 7?", stream=True, max_output_tokens=48, temperature=0, parallel_tool_calls=False,
+        tools=[{"type": "mcp", "server_label": "lookup", "allowed_tools": ["multiply"], "require_approval": "never"}],
+        tool_choice={"type": "function", "name": "lookup_multiply"}))
+    kinds = [e.type for e in events]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert kinds[2:6] == ["response.output_item.added", "response.mcp_list_tools.in_progress",
+                          "response.mcp_list_tools.completed", "response.output_item.done"]
+    assert kinds[6:12] == ["response.output_item.added", "response.mcp_call.in_progress",
+                           "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
+                           "response.mcp_call.completed", "response.output_item.done"]
+    assert called(calls) == before + ["multiply"] * MAX_STEPS
+    call = events[11].item
+    given = json.loads(call.arguments)
+    assert call.type == "mcp_call" and call.name == "multiply" and call.output == str(given["a"] * given["b"])
+    final = events[-1].response
+    assert [i.type for i in final.output] == ["mcp_list_tools", "mcp_call", "message"]
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text and final.output[-1].content[0].text == text and final.usage.input_tokens > (MAX_STEPS + 1) * 150
+
+
 def test_the_loop_time_holds(smollm2_path, config, calls):
     """A call that outlasts --mcp-timeout is stopped (or never started, on a machine slow enough that the first
     round took the time): the loop ends with an answer, the reply says why, and the server goes on serving."""
