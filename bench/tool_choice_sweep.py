@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """tool_choice "required" and a named function on every template of the pin's models/templates (issue 42 part 2).
 
-    .tox/py/bin/python bench/tool_choice_sweep.py [--max-tokens 128]
+    .tox/py/bin/python bench/tool_choice_sweep.py [--max-tokens 128] [--templates Qwen GLM ...]
 
 SmolLM2 with no few-shot turns, the template given per request, greedy: for each template, `tool_choice="required"`
 whole and a named function streamed, both with `parallel_tool_calls=False`. Each outcome is one of: "call" (one
 call of an offered tool whose arguments validate against its schema; for the named one, that function), "call,
-length" (the call whole, the reply cut after it by max_tokens: Mistral's unbounded id), "refused" (a template with no
-place for tools: generation refuses them with an InvalidParameterError naming tools, as the library promises), or
-what else came (text, no call, a bad call, an error): those are the failures. tests/test_tool_choice.py checks the
-main families in the suite; this sweep is the whole list, too slow for CI (about 30 s a template on 2 cores:
-~35 min). Results go to bench/results/tool_choice/.
+length" (the call whole, the reply cut after it by max_tokens: Mistral's unbounded id), "call after thinking (budget
+16)" (a reply that thought until max_tokens, asked again with reasoning_budget_tokens: the call came after the
+thinking), "refused" (a template with no place for tools: generation refuses them with an InvalidParameterError
+naming tools, as the library promises), or what else came (text, no call, a bad call, thinking past the budget,
+llama.cpp's parser refusing what its own grammar let through, an error): those are the failures.
+tests/test_tool_choice.py checks the main families in the suite; this sweep is the whole list, too slow for CI
+(about 30 s a template on 2 cores: ~35 min). Results go to bench/results/tool_choice/.
 """
 
 from __future__ import annotations
@@ -47,29 +49,52 @@ def judge(calls: list[tuple[str, str]], finish: str | None, names: set[str]) -> 
     return "call" if finish == "tool_calls" else f"call, {finish}"
 
 
-def one(llama: Any, text: str, max_tokens: int) -> dict[str, str]:
+BUDGET = 16  # reasoning_budget_tokens for the retry of a reply that thought until max_tokens
+
+
+def whole(llama: Any, given: dict[str, Any]) -> tuple[str, str]:
+    """(outcome, its thinking) of tool_choice "required", whole."""
+    choice = llama.create_chat_completion(ASK, tool_choice="required", **given).choices[0]
+    calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
+    out = judge(calls, choice.finish_reason, set(SCHEMAS))
+    if choice.message.content:
+        out += f" (content {choice.message.content[:40]!r})"
+    return out, choice.message.reasoning_content or ""
+
+
+def named(llama: Any, given: dict[str, Any]) -> tuple[str, str]:
+    """(outcome, its thinking) of a named function, streamed."""
+    chunks = list(llama.create_chat_completion(ASK, tool_choice=NAMED, stream=True, **given))
+    calls, finish = streamed(chunks)
+    thinking = "".join(c.choices[0].delta.reasoning_content or "" for c in chunks if c.choices)
+    return judge(calls, finish, {"get_time"}), thinking
+
+
+def outcome(llama: Any, ask: Any, given: dict[str, Any]) -> str:
+    """What `ask` gave; a reply that thought until max_tokens with no call is asked again with a reasoning budget:
+    the call must come after the thinking (llama-server's reasoning_budget_tokens ends it with the end tag)."""
     import llamaplug as lp
 
+    try:
+        out, thinking = ask(llama, given)
+        if out.startswith("0 calls, finish length") and thinking:
+            out, _ = ask(llama, {**given, "reasoning_budget_tokens": BUDGET})
+            out = (f"{out} after thinking (budget {BUDGET})" if out.startswith("call") else
+                   f"thinks past the budget ({BUDGET}) until max_tokens: {out} (thinking {thinking[:30]!r})")
+        return out
+    except lp.InvalidParameterError as exc:
+        return "refused" if "tools" in str(exc) else f"{type(exc).__name__}: {exc}"[:160]
+    except lp.ChatTemplateError as exc:
+        if "does not match the expected" in str(exc):
+            return "llama.cpp's parser refuses what its own grammar let through"
+        return f"{type(exc).__name__}: {exc}"[:160]
+    except lp.LlamaError as exc:
+        return f"{type(exc).__name__}: {exc}"[:160]
+
+
+def one(llama: Any, text: str, max_tokens: int) -> dict[str, str]:
     given = dict(tools=TOOLS, chat_template=text, max_tokens=max_tokens, parallel_tool_calls=False, temperature=0)
-    out: dict[str, str] = {}
-    try:
-        choice = llama.create_chat_completion(ASK, tool_choice="required", **given).choices[0]
-        calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
-        out["required"] = judge(calls, choice.finish_reason, set(SCHEMAS))
-        if choice.message.content:
-            out["required"] += f" (content {choice.message.content[:40]!r})"
-    except lp.InvalidParameterError as exc:
-        out["required"] = "refused" if "tools" in str(exc) else f"{type(exc).__name__}: {exc}"[:160]
-    except lp.LlamaError as exc:
-        out["required"] = f"{type(exc).__name__}: {exc}"[:160]
-    try:
-        calls, finish = streamed(list(llama.create_chat_completion(ASK, tool_choice=NAMED, stream=True, **given)))
-        out["named, streamed"] = judge(calls, finish, {"get_time"})
-    except lp.InvalidParameterError as exc:
-        out["named, streamed"] = "refused" if "tools" in str(exc) else f"{type(exc).__name__}: {exc}"[:160]
-    except lp.LlamaError as exc:
-        out["named, streamed"] = f"{type(exc).__name__}: {exc}"[:160]
-    return out
+    return {"required": outcome(llama, whole, given), "named, streamed": outcome(llama, named, given)}
 
 
 def main() -> None:
@@ -80,10 +105,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--templates", nargs="*", default=[],
+                    help="only the templates whose file name contains one of these (case-insensitive)")
     ap.add_argument("--out", default=str(HERE / "results" / "tool_choice" /
                                          f"sweep-{time.strftime('%Y-%m-%dT%H%M')}.json"))
     args = ap.parse_args()
     templates = sorted((fetch.materialise() / "models" / "templates").glob("*.jinja"))
+    if args.templates:
+        templates = [p for p in templates if any(w.lower() in p.name.lower() for w in args.templates)]
     results: dict[str, dict[str, str]] = {}
     params = lp.LlamaParams(model_path=default_model("smollm2-135m-instruct"), n_ctx=8192, n_threads=args.threads)
     with lp.Llama.load(params) as llama:
