@@ -101,11 +101,9 @@ async def _events(reply: Any, loop: ChatLoop, listed: list[McpListToolsOut], fir
     """OpenAI's stream of an MCP response: each mcp_list_tools item, each mcp_call item once its result is in
     (in_progress, its arguments whole, completed or failed), then the last round's reply as the route streams
     a reply (its items one delta each), then response.completed (or incomplete)."""
-    from ..responses.routes import _Items  # the route imports this module
-
     yield reply.event("response.created", response=reply.response(None))
     yield reply.event("response.in_progress", response=reply.response(None))
-    items = _Items(reply)
+    items = reply.stream_items()
 
     def added(item: Any, done: Any, *kinds: tuple[str, dict[str, Any]]) -> Iterator[tuple[str, str]]:
         index = len(items.items)

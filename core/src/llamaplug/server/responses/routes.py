@@ -105,8 +105,10 @@ async def input_tokens(body: ResponsesRequest, request: Request,
     return InputTokens(input_tokens=await off_loop(lambda: chat_prompt_tokens(served, chat), request))
 
 
-# llama-server's spelling without /v1 (one operation in the OpenAPI document).
+# llama-server's spellings without /v1 (one operation each in the OpenAPI document).
 router.add_api_route("/responses/input_tokens", input_tokens, methods=["POST"], response_model=InputTokens,
+                     responses=ERROR_RESPONSES, include_in_schema=False)
+router.add_api_route("/responses", responses, methods=["POST"], response_model=ResponseObject,
                      responses=ERROR_RESPONSES, include_in_schema=False)
 
 
@@ -265,6 +267,11 @@ class _Reply:
         if self.keep is not None:
             self.keep(response.model_dump(mode="json"))
         return response
+
+    def stream_items(self) -> _Items:
+        """The output items of this response's stream, built as deltas arrive (the MCP loop's stream feeds its
+        last round through them too)."""
+        return _Items(self)
 
     def event(self, kind: str, **fields: Any) -> tuple[str, str]:
         """One stream event, numbered."""
