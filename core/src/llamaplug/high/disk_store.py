@@ -17,7 +17,8 @@ prompt finds the file sharing its longest beginning; the tokens in the file say 
 
 Safety: a write is a temporary file renamed over (os.replace), under an flock of `lock` that also
 covers the eviction (oldest mtime first; a hit touches its file), so the directory never holds more
-than the limit, whichever process writes. A file that is truncated, fails its checksum, is not what
+than the limit, whichever process writes (a store opening on a directory filled under a larger limit
+evicts down to its own at once). A file that is truncated, fails its checksum, is not what
 its name says, comes from another llama.cpp pin, or is refused by the context is skipped with one
 warning and removed; other scopes' files (another model sharing the directory) are left alone and
 never read; a file another process removed is a plain miss.
