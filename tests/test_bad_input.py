@@ -287,6 +287,8 @@ def param_results(smollm2_path):
         expect("builder", "InvalidParameterError", lambda: good.with_n_batch(0))
         expect("kv_type", "InvalidParameterError", lambda: good.replace(type_k="q3_z"))
         expect("sampler_params", "InvalidParameterError", lambda: lp.SamplerParams(top_p=1.5))
+        expect("vocab_only_llama", "InvalidParameterError",
+               lambda: lp.Llama.load(lp.LlamaParams(model_path=path, vocab_only=True, n_threads={THREADS})))
         """)
 
 
@@ -308,6 +310,9 @@ PARAM_CASES = [
                  id="unknown_kv_type_is_invalid_parameter"),
     pytest.param("sampler_params", "InvalidParameterError", ("top_p",), {"field": "top_p"},
                  id="sampler_params_are_validated"),
+    # before: the process aborted in llama_hparams::n_head (the context was sized from layers never loaded)
+    pytest.param("vocab_only_llama", "InvalidParameterError", ("vocab_only", "weights"), {"field": "vocab_only"},
+                 id="a_llama_of_a_vocab_only_model_is_refused"),
 ]
 
 

@@ -84,6 +84,9 @@ class LlamaContext(ContextState, ContextAdapters):
             raise InvalidParameterError(f"n_outputs_max={params.n_outputs_max} is below n_seq_max={params.n_seq_max}"
                                         ": a context reserves a row of logits per sequence (0: n_batch)",
                                         field="n_outputs_max")
+        if model.params.vocab_only:  # llama.cpp sizes a context from the layers, which such a model lacks: an abort
+            raise InvalidParameterError(f"{model.path.name} was loaded with vocab_only=True: it tokenizes, but a "
+                                        "context needs its weights (load it without vocab_only)", field="vocab_only")
         check_fits(params, model)
         with _native_log.capture_errors() as errors:
             ptr = lib.llama_init_from_model(model._ptr, c)

@@ -334,7 +334,8 @@ class LlamaModel(NativeHandle):
 
     @property
     def n_head(self) -> int:
-        return int(lib.llama_model_n_head(self._ptr))
+        # llama.cpp reads layer 0's count, and aborts where no layer was loaded (vocab_only): none then.
+        return int(lib.llama_model_n_head(self._ptr)) if self.n_layer else 0
 
     @property
     def n_params(self) -> int:
