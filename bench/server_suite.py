@@ -33,7 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FILES = ["test_basic.py", "test_chat_completion.py", "test_completion.py", "test_compat_anthropic.py",
          "test_compat_oai_responses.py", "test_ctx_shift.py", "test_ignore_eos.py", "test_kv_keep_only_active.py",
          "test_metrics.py", "test_security.py", "test_slot_save.py", "test_template.py", "test_tokenize.py",
-         "test_tool_call.py", "test_stream.py"]
+         "test_tool_call.py", "test_stream.py",
+         # the router preset (no model: llama-server's router mode, serve's default model) with --tools all
+         "test_tools_builtin.py"]
 REQUIREMENTS = ["aiohttp", "pytest", "filelock", "numpy", "openai>=2", "prometheus-client", "requests", "wget",
                 "jsonschema"]
 
@@ -117,7 +119,8 @@ def main() -> int:
     llama_server = native_tools.build(("llama-server",)) / "llama-server"
     python = _venv(args.venv)
     work = args.keep or Path(tempfile.mkdtemp(prefix="server-suite-"))
-    suite = work / "tests"
+    # where the pinned tree has it: test_tools_builtin.py reads and searches its files from the tree's root (work)
+    suite = work / "tools" / "server" / "tests"
     shutil.rmtree(suite, ignore_errors=True)
     shutil.copytree(pinned / "tools" / "server" / "tests", suite)
     (suite / "unit" / "conftest.py").write_text(SWAP)

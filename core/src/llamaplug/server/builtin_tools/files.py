@@ -59,6 +59,8 @@ def read_file(params: Params, resp_type: str = "") -> dict[str, Any]:
 
 
 def _read(full: str) -> bytes | None:
+    if not os.path.isfile(full):  # a FIFO or a device would block the thread (llama-server's ifstream waits)
+        return None
     try:
         with open(full, "rb") as f:
             return f.read()

@@ -33,8 +33,9 @@ class ToolCall(BaseModel):
     stream: bool = Field(False, description="exec_shell_command only: its output as server-sent events")
 
 
-_SYNC = {"read_file": None, "write_file": files.write_file, "edit_file": files.edit_file,
-         "file_glob_search": search.file_glob_search, "grep_search": search.grep_search}
+# in a worker thread (files and folders); read_file apart, as it also takes x-resp-type
+_SYNC = {"write_file": files.write_file, "edit_file": files.edit_file, "file_glob_search": search.file_glob_search,
+         "grep_search": search.grep_search}
 _ASYNC = {"exec_shell_command": shell.exec_shell_command, "get_info": shell.get_info}
 
 
