@@ -78,14 +78,17 @@ class Reference:
         assert len({p[1] for p in self.prefixes}) == len(PREFIXES)
         self._memo: dict[tuple[tuple[int, ...], int], str] = {}
 
-    def reply(self, prompt: list[int], k: int) -> str:
-        key = tuple(prompt), k
+    def reply(self, prompt: list[int], k: int, via: int = 0) -> str:
+        """`via`: the first `via` tokens were read alone before the next `k - via` (a repeated prompt whose
+        suffix was read after its prefix came from a cache)."""
+        key = tuple(prompt), k, via
         if key not in self._memo:
             with self.llm.engine.idle("reference") as slots:
                 for tokens in slots:
                     tokens.clear()
-            if k:
-                complete(self.llm, prompt[:k], max_tokens=1)
+            for start, end in [(0, via), (via, k)] if via else [(0, k)]:
+                if end:
+                    assert complete(self.llm, prompt[:end], max_tokens=1).timings.cached_tokens == start
             out = complete(self.llm, prompt)
             assert out.timings.cached_tokens == k
             self._memo[key] = out.text
@@ -166,9 +169,14 @@ class PromptCacheMachine(RuleBasedStateMachine):
         hits = llm.engine.stats.cache_disk_hits
         out = complete(llm, prompt)
         COVERED["disk_hits"] += llm.engine.stats.cache_disk_hits - hits
-        k = out.timings.cached_tokens
-        assert k in (0, 1, len(self.ref.prefixes[prefix]), len(prompt) - 1), k
-        assert out.text == self.ref.reply(prompt, k), (prefix, suffix, k, llm.engine.slots_cache())
+        k, n_prefix = out.timings.cached_tokens, len(self.ref.prefixes[prefix])
+        assert k in (0, 1, n_prefix, len(prompt) - 1), k
+        expected = {self.ref.reply(prompt, k)}
+        if k == len(prompt) - 1:
+            # a repeat: its first k tokens were read by an earlier request, whole or after the prefix came from a
+            # cache (which, the files and slots do not tell: either split)
+            expected.add(self.ref.reply(prompt, k, via=n_prefix))
+        assert out.text in expected, (prefix, suffix, k, out.text, expected, llm.engine.slots_cache())
         settle(llm)
 
     # One rule picking among the actions, not a rule each: hypothesis's rule selection turns rules off per run
@@ -294,7 +302,7 @@ def test_the_prompt_cache_over_requests_evictions_restarts_damage_and_limits(smo
     PromptCacheMachine.ref = reference
     PromptCacheMachine.watch = watch
     run = PromptCacheMachine.TestCase
-    # Derandomized, no example database: the same runs in CI every time. No shrinking: each step reads prompts
+    # Derandomized, no example database: the same draws in CI every time. No shrinking: each step reads prompts
     # and loads models, so shrinking a failure ran over 5 minutes; the failing run's steps are printed whole.
     run.settings = settings(max_examples=4, stateful_step_count=12, deadline=None, database=None, derandomize=True,
                             phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
@@ -304,4 +312,5 @@ def test_the_prompt_cache_over_requests_evictions_restarts_damage_and_limits(smo
         logger.removeHandler(watch)
     print(COVERED)
     # the runs did what the machine is for: prefixes came back from disk, files were damaged and refused
-    assert COVERED["disk_hits"] and COVERED["restarts"] and COVERED["damage_warned"] and COVERED["lowered"], COVERED
+    # (not each action: a step's files, and so the draws after it, can vary with the writer thread's timing)
+    assert COVERED["disk_hits"] and COVERED["restarts"] and COVERED["damaged"], COVERED
