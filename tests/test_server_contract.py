@@ -118,6 +118,8 @@ def script(port: int) -> dict[str, Any]:
     seen["thinking_reply"] = call(port, "/v1/messages", {"model": "any", "max_tokens": 8, "temperature": 0,
                                                          "messages": thinking})
     seen["input_tokens"] = call(port, "/v1/responses/input_tokens", {"model": "any", "input": "Name three fruits."})
+    seen["responses_no_v1"] = call(port, "/responses", {"model": "any", "input": "Name three fruits.",
+                                                        "max_output_tokens": 4, "temperature": 0})
     seen["responses_stream"] = call(port, "/v1/responses", {"model": "any", "input": "Name three fruits.",
                                                             "stream": True, "max_output_tokens": 8,
                                                             "temperature": 0})
@@ -263,6 +265,13 @@ def test_earlier_thinking_blocks_are_taken(both):
     (s1, theirs), (s2, ours) = both["theirs"]["thinking_reply"], both["ours"]["thinking_reply"]
     assert s1 == s2 == 200
     assert ours["content"][0]["text"] == theirs["content"][0]["text"]
+
+
+def test_responses_without_v1_is_llama_servers_route(both):
+    """llama-server's POST /responses (the pin's test_responses_stream_with_llama_telemetry asks there)."""
+    (s1, theirs), (s2, ours) = both["theirs"]["responses_no_v1"], both["ours"]["responses_no_v1"]
+    assert s1 == s2 == 200, ours
+    assert ours["output"][-1]["content"][0]["text"] == theirs["output"][-1]["content"][0]["text"]
 
 
 def test_responses_stream_ends_with_timings(both):
