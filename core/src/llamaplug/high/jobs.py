@@ -210,7 +210,19 @@ def _with_budget(model: Any, params: dict[str, Any], sampler: LlamaSampler | Non
 
     ends = [tokenize(tag) for tag in params["thinking_end_tags"] if tag]
     return sampler.reasoning_budget(tokenize(params["thinking_start_tag"]), ends, tokenize(message) + ends[0],
-                                    budget, _prefill_tokens(model, params))
+                                    budget, _budget_prefill(model, params))
+
+
+def _budget_prefill(model: Any, params: dict[str, Any]) -> list[int]:
+    """The generation prompt's tokens for the reasoning budget, with a thinking block it opens tokenized on its own:
+    the budget finds the start tag by its tokens, and the prompt's text before it can merge with it ("|><|" in
+    Cohere's "<|CHATBOT_TOKEN|><|START_THINKING|>" for SmolLM2), so the budget never started there."""
+    text, start = params["generation_prompt"], params["thinking_start_tag"]
+    at = text.rfind(start)
+    if at < 0 or any(end and end in text[at:] for end in params["thinking_end_tags"]):
+        return _prefill_tokens(model, params)
+    before = _prefill_tokens(model, {"generation_prompt": text[:at]})
+    return before + model.tokenize(start, False, True) + model.tokenize(text[at + len(start):], False, True)
 
 
 def _render(llama: Llama, spec: ChatSpec, flat: list[dict[str, Any]]) -> tuple[str, ChatPlan]:
