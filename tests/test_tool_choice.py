@@ -76,9 +76,26 @@ def test_required_and_a_named_function_give_a_call(llama, case):
     _check_calls([(c.function.name, c.function.arguments) for c in choice.message.tool_calls], set(SCHEMAS))
     calls, finish = _streamed(list(llama.create_chat_completion(ASK, tool_choice=NAMED, stream=True, **given)))
     print(f"{name}: get_time, streamed -> {calls}, {finish}")
-    # Mistral's call ends with an "id" string the grammar leaves unbounded, and SmolLM2 writes digits in it until
-    # max_tokens: the call (name, arguments) is whole, the reply cut, so "length" as llama-server says
-    assert finish == ("length" if case == "mistral-nemo" else "tool_calls")
+    # Mistral's call ends with an "id" string llama.cpp's grammar leaves unbounded, and SmolLM2 wrote digits in it
+    # until max_tokens ("length"); the forced call bounds it (tool_choice.py), so the reply ends with the call
+    assert finish == "tool_calls"
+    _check_calls(calls, {"get_time"})
+
+
+def test_a_template_that_opens_thinking_calls_after_its_budget(llama):
+    """Cohere2MoE's generation prompt opens its thinking block ("...<|CHATBOT_TOKEN|><|START_THINKING|>"): the
+    forced call comes after the thinking, which SmolLM2 ends only by the reasoning budget. For SmolLM2 the prompt's
+    "|><|" is one token, so the budget never found its start tag in the prompt: it thought until max_tokens with no
+    call (bench/tool_choice_sweep.py); the budget now reads the tag on its own. The call's "tool_call_id" is then
+    bounded: SmolLM2 wrote digits in it until max_tokens."""
+    # 160: SmolLM2 spells Cohere's markup a character or two a token (the call alone is ~100 tokens)
+    given = dict(tools=TOOLS, chat_template=(TEMPLATE_DIR / "Cohere2MoE.jinja").read_text(), max_tokens=160,
+                 parallel_tool_calls=False, reasoning_budget_tokens=8)
+    choice = llama.create_chat_completion(ASK, tool_choice="required", **given).choices[0]
+    assert choice.message.reasoning_content and choice.finish_reason == "tool_calls", choice.message
+    _check_calls([(c.function.name, c.function.arguments) for c in choice.message.tool_calls], set(SCHEMAS))
+    calls, finish = _streamed(list(llama.create_chat_completion(ASK, tool_choice=NAMED, stream=True, **given)))
+    assert finish == "tool_calls"
     _check_calls(calls, {"get_time"})
 
 

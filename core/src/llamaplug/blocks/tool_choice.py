@@ -12,7 +12,7 @@ What is content is what the parser tags "content" (its serialized arena, params[
 rules are named after the parser's id (`until-<id>`, `ac-<id>`) or are the rule it refers to. What the
 parser also tags "reasoning" stays (gpt-oss shares one message rule), and so does the thinking block.
 `parallel=False` makes the one-or-more call list of the JSON-native formats one call (the tagged formats'
-grammars already follow parallel_tool_calls).
+grammars already follow parallel_tool_calls). A call's id (string or number) is bounded to 16 characters.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ _log = logging.getLogger("llamaplug.tool_choice")
 # GBNF's tokens: a literal, a character class, a name, a {m,n} repetition, a token reference, any other mark.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z0-9_-]+|\{[0-9, ]*\}|<\[\d+\]>|\S')
 _OPS = ("?", "*", "+")
+# The call's id (the parser's tool-id: Mistral's "id", Cohere's "tool_call_id"), a string or number the grammar leaves
+# unbounded: a model that does not end it (SmolLM2 writes digits) spends max_tokens inside a call never finished.
+_ID = r'("\"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"" | json-number)'
+_BOUNDED_ID = r'("\"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) ){0,16} "\"" | "-"? [0-9]{1,16})'
 
 
 def call_first(params: dict[str, Any], parallel: bool | None = None) -> str:
@@ -57,6 +61,7 @@ def call_first(params: dict[str, Any], parallel: bool | None = None) -> str:
             body = _without(body, content, reasoning)
             if parallel is False:
                 body = _one_call(body, _call_rules(arena))
+            body = body.replace(_ID, _BOUNDED_ID)
             line = f"{name} ::= {body}"
         lines.append(line)
     out = "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
