@@ -16,7 +16,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..api_error import NotFoundError, NotSupportedError, ServerFaultError
+from ..api_error import BadRequestError, NotFoundError, NotSupportedError
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES
 from . import files, search, shell
@@ -40,19 +40,23 @@ _ASYNC = {"exec_shell_command": shell.exec_shell_command, "get_info": shell.get_
 
 
 def check_runtime(spec: str) -> None:
-    """x-tool-runtime: llama-server's errors for a spec it refuses (a 500 there, which its tests pin), and a 501
-    for one it would run: tools run on this host only here, and a call that names an isolate never runs on it."""
+    """x-tool-runtime: llama-server's messages for a spec it refuses, as a 400 naming the header (llama-server
+    answers 500, which its tests pin: a client's bad header is not a server fault here, as for a bad body), and a
+    501 for one it would run: tools run on this host only here, and a call that names an isolate never runs on it."""
     engine = re.match(r"(docker|podman)(-container)?:(.*)", spec, re.DOTALL)
     if engine:
         if not engine.group(2):
-            raise ServerFaultError("tool runtime must name a running container: " + spec)
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", engine.group(3)):
-            raise ServerFaultError("invalid container id: " + engine.group(3))
+            refused = "tool runtime must name a running container: " + spec
+        elif not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", engine.group(3)):
+            refused = "invalid container id: " + engine.group(3)
+        else:
+            refused = ""
     elif spec.startswith("ssh:"):
-        if not re.fullmatch(r"[A-Za-z0-9._@][A-Za-z0-9._@-]*", spec[4:]):
-            raise ServerFaultError("invalid ssh target: " + spec[4:])
+        refused = "" if re.fullmatch(r"[A-Za-z0-9._@][A-Za-z0-9._@-]*", spec[4:]) else "invalid ssh target: " + spec[4:]
     else:
-        raise ServerFaultError("unknown tool runtime: " + spec)
+        refused = "unknown tool runtime: " + spec
+    if refused:
+        raise BadRequestError("x-tool-runtime: " + refused, param="x-tool-runtime")
     raise NotSupportedError(f"x-tool-runtime {spec}: llamaplug serve runs its tools on this host only (llama-server's "
                             "container and ssh runtimes are not implemented)", param="x-tool-runtime")
 
