@@ -136,13 +136,7 @@ class Runner:
         self._emitter.output(slot, -1)
 
     def _verify(self, slot: Slot, first: int) -> None:
-        job = slot.job
-        assert job is not None
-        drafted, accepted = job.drafted, job.accepted
-        verify(slot, first, self._emitter.output)
-        self._stats.drafts += 1
-        self._stats.drafted_tokens += job.drafted - drafted
-        self._stats.accepted_tokens += job.accepted - accepted
+        verify(slot, first, self._emitter.output, self._stats)
         with self._own():
             self._ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
 

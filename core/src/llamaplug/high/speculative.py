@@ -38,6 +38,7 @@ from .prefix_store import common_prefix
 
 if TYPE_CHECKING:
     from .slot import Slot
+    from .stats import EngineStats
 
 log = logging.getLogger("llamaplug.speculative")
 
@@ -79,7 +80,7 @@ def ask(drafter: Drafter, wanted: Sequence[tuple[Slot, int]]) -> None:
         slot.draft = list(guess[:n_max])
 
 
-def verify(slot: Slot, first: int, output: Callable[[Slot, int], int | None]) -> None:
+def verify(slot: Slot, first: int, output: Callable[[Slot, int], int | None], stats: EngineStats) -> None:
     """Sample the rows of the slot's next token and its guesses (from logits row `first` on) while the samples
     equal the guesses; `output(slot, row)` samples one row and hands its token on. The caller cuts the cache
     after `slot.tokens`, where the guesses not kept lie."""
@@ -87,12 +88,17 @@ def verify(slot: Slot, first: int, output: Callable[[Slot, int], int | None]) ->
     assert job is not None and slot.next is not None
     draft, slot.draft = slot.draft, []
     slot.consumed(1)
+    # Counted as the job's own counts move: an output can end the job and answer its client, who may read
+    # /metrics before this step returns (llama-server's counters then already hold the reply's draft_n).
     job.drafted += len(draft)
+    stats.drafts += 1
+    stats.drafted_tokens += len(draft)
     for i, guess in enumerate(draft):
         token = output(slot, first + i)
         if token != guess:
             break
         job.accepted += 1
+        stats.accepted_tokens += 1
         if slot.job is not job:  # it ended on this token (EOS, a stop, max_tokens)
             break
         slot.tokens.append(guess)
