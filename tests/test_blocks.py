@@ -142,6 +142,20 @@ def test_native_log_goes_to_logging(smollm2_path, caplog):
     assert any("llama_model_loader" in r.getMessage() or "print_info" in r.getMessage() for r in native)
 
 
+def test_native_log_captures_of_two_threads_may_end_in_any_order():
+    # Two models' engines decode at once (serve --models-dir), each decode inside a capture; the later capture ends
+    # first, then a line reaches the earlier one. list.remove took the earlier's equal list for the later's, and the
+    # earlier's end raised ValueError: its engine failed the step ("list.remove(x): x not in list" at shutdown).
+    log = lp.blocks._native_log
+    first, second = log.capture_errors(), log.capture_errors()
+    first_lines, second_lines = first.__enter__(), second.__enter__()
+    second.__exit__(None, None, None)
+    assert any(held is first_lines for held in log._captures)
+    first_lines.append("a warning of the first decode")  # as the log callback appends to each open capture
+    first.__exit__(None, None, None)
+    assert not any(held is first_lines or held is second_lines for held in log._captures)
+
+
 def test_hooks_see_models_and_contexts(smollm2_path):
     seen = []
 

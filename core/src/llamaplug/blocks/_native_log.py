@@ -10,6 +10,7 @@ import atexit
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -57,6 +58,7 @@ def _filter_in_c() -> None:
 
 
 _captures: list[list[str]] = []
+_captures_lock = threading.Lock()
 _listeners: list[Callable[[int, str], None]] = []
 
 # llama.cpp's error lines for a decode the abort callback stopped (ggml's status 1 is ABORTED, llama_decode's 2):
@@ -69,12 +71,16 @@ _ABORTED = ("failed with error 1\n", "compute status: 1\n", "failed to decode, r
 def capture_errors() -> Iterator[list[str]]:
     """Collect native warning and error lines emitted inside the block (to explain a NULL return)."""
     lines: list[str] = []
-    _captures.append(lines)
+    with _captures_lock:
+        _captures.append(lines)
     _filter_in_c()
     try:
         yield lines
     finally:
-        _captures.remove(lines)
+        # By identity: list.remove compares by value, so the capture of another thread (two models' engines decode
+        # at once) holding the same lines was taken, and this one's removal then raised ValueError, failing the step.
+        with _captures_lock:
+            del _captures[next(i for i, held in enumerate(_captures) if held is lines)]
         _filter_in_c()
 
 
