@@ -250,3 +250,42 @@ def test_compat_chatml_function_calling_with_a_named_tool_choice(smollm2_path):
         assert out["finish_reason"] == "tool_calls" and not out["message"]["content"], out
         _check_calls(calls[:1], {"get_time"})
         assert out["message"]["function_call"]["name"] == "get_time"  # llama-cpp-python's legacy field too
+
+
+# A forced call's raw-text string argument (XML-style formats), as each format writes get_time(zone=...) (llama.cpp's
+# parser reads each with "UTC" as {"zone": "UTC"}: asserted below), and the start of the format's own close.
+XML_CALLS = {
+    # the close of the value is an `ac` that holds "\n</parameter>\n"
+    "Qwen3-Coder.jinja": ("<tool_call>\n<function=get_time>\n<parameter=zone>\n{}\n</parameter>\n</function>\n"
+                          "</tool_call>", "</p"),
+    # an `until` the close follows in the grammar; the generation prompt opens the thinking
+    "deepseek-ai-DeepSeek-V3.2.jinja": ('</think><｜DSML｜function_calls>\n<｜DSML｜invoke name="get_time">\n<｜DSML｜'
+                                       'parameter name="zone" string="true">{}</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+                                       '</｜DSML｜function_calls>', "</｜"),
+    # markup that begins with "]<]", not a tag
+    "MiniMax-M3.jinja": (']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="get_time">\n]<]minimax[>[<zone>{}'
+                         ']<]minimax[>[</zone>\n]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>', "]<]"),
+}
+
+
+@pytest.mark.parametrize("name", XML_CALLS)
+def test_a_forced_raw_text_argument_holds_no_markup_and_keeps_its_max_length(llama, name):
+    """The XML-style formats read a string argument as raw text up to its closing tag, and llama.cpp's grammar lets
+    any text (maxLength ignored) come before that close: SmolLM2 wrote "UTC</parameter>" (no newline before the
+    close), or the schema's "<type>string</type>", and the markup became the argument (bench/tool_choice_sweep.py:
+    12 templates). In a forced call the value opens no tag and begins none of the format's markup, and holds at most
+    maxLength characters; a valid call is taken as before, "<" that opens no tag included. llama.cpp's grammar takes
+    every text here (on the old code the test fails at "UTC</time>")."""
+    from llamaplug.blocks.chat_layer import parse_reply, parser_params
+
+    templates = ChatTemplates(llama.model, (TEMPLATE_DIR / name).read_text())
+    params = templates.apply({"messages": ASK, "tools": [TIME], "tool_choice": "required",
+                              "parallel_tool_calls": False})
+    call, close = XML_CALLS[name]
+    assert parse_reply(parser_params(params), call.format("UTC"))["tool_calls"][0]["arguments"] == '{"zone":"UTC"}'
+    grammar = Grammar.from_string(params["grammar"])
+    for value in ("UTC", "Europe/Paris", "a < b"):  # maxLength 12
+        assert _accepts(llama, grammar, params["generation_prompt"] + call.format(value)), value
+    for value in ("UTC</time>", "<type>string", "UTC" + close, "ABCDEFGHIJKLM"):
+        assert not _accepts(llama, grammar, params["generation_prompt"] + call.format(value)), value
+    templates.close()

@@ -89,7 +89,7 @@ class ChatTemplates(NativeHandle):
         if request.get("tool_choice") == "required" and params.get("grammar"):
             # Beyond llama-server: its "required" grammar lets text come first, and a model that writes text
             # never calls (tool_choice.py); the call starts after the thinking block instead.
-            params["grammar"] = call_first(params, request.get("parallel_tool_calls"))
+            params["grammar"] = call_first(params, request.get("parallel_tool_calls"), request.get("tools"))
         return params
 
 

@@ -12,7 +12,8 @@ What is content is what the parser tags "content" (its serialized arena, params[
 rules are named after the parser's id (`until-<id>`, `ac-<id>`) or are the rule it refers to. What the
 parser also tags "reasoning" stays (gpt-oss shares one message rule), and so does the thinking block.
 `parallel=False` makes the one-or-more call list of the JSON-native formats one call (the tagged formats'
-grammars already follow parallel_tool_calls). A call's id (string or number) is bounded to 16 characters.
+grammars already follow parallel_tool_calls). A call's id (string or number) is bounded to 16 characters, and a
+raw-text string argument (the XML-style formats) opens no markup and keeps its maxLength (_bound_strings).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import string
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,11 +39,12 @@ _ID = r'("\"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"" | js
 _BOUNDED_ID = r'("\"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) ){0,16} "\"" | "-"? [0-9]{1,16})'
 
 
-def call_first(params: dict[str, Any], parallel: bool | None = None) -> str:
+def call_first(params: dict[str, Any], parallel: bool | None = None, tools: list[dict[str, Any]] | None = None
+               ) -> str:
     """The grammar of `params` (a "required" reply's, from ChatTemplates.apply) without the content before, between
-    or after the calls; the grammar as given where the parser tags no content the grammar names, or the result
-    does not parse (logged); and as given where reasoning_format "none" makes the thinking block the template's
-    generation prompt opens content."""
+    or after the calls, and with `tools`' raw-text string arguments bounded (_bound_strings); the grammar as given
+    where the parser tags no content the grammar names, or the result does not parse (logged); and as given where
+    reasoning_format "none" makes the thinking block the template's generation prompt opens content."""
     grammar = params.get("grammar") or ""
     if not grammar or params.get("grammar_lazy"):
         return grammar
@@ -64,6 +67,7 @@ def call_first(params: dict[str, Any], parallel: bool | None = None) -> str:
             body = body.replace(_ID, _BOUNDED_ID)
             line = f"{name} ::= {body}"
         lines.append(line)
+    lines = _bound_strings(lines, arena, tools)
     out = "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
     if out == grammar:
         return grammar
@@ -198,3 +202,157 @@ def _one_call(body: str, calls: set[str]) -> str:
             and tokens[3] == ")" and tokens[4] == "+":
         return f"{tokens[1]} space"
     return body
+
+
+# A raw-text string argument (the XML-style formats: Qwen3-Coder's `<parameter=zone>\n...\n</parameter>`, Seed-OSS,
+# MiniMax, DeepSeek's DSML, Kimi-K3, Spark) is an `until`: any text up to the closing markup, maxLength ignored. A model
+# that writes a tag there first ("UTC</parameter>" without the newline the close needs, or the schema's own "<type>")
+# is held inside the value, and the markup becomes the argument. In a forced call such a value opens no tag ("<" then
+# a letter, "/", "!", "?", "|" or "｜"), does not begin the closing markup (its first two characters: MiniMax-M3's
+# "]<"), and holds at most the schema's maxLength characters (counted up to _MAX_COUNTED; unbounded beyond), so the
+# model must close it the template's way. A valid call looks as before; only such values can no longer be written.
+_TAG_START = "<"
+_TAG_NEXT = string.ascii_letters + "/!?|｜"
+_MAX_COUNTED = 256
+
+
+def _string_values(arena: dict[str, Any]) -> dict[str, tuple[str, str, str, str, str]]:
+    """{the grammar rule of one argument: (function, parameter, the rule's token for the raw-text value, the closing
+    delimiter that token includes or "", the delimiter that ends the value)}, for each argument whose value the
+    parser reads as raw text."""
+    parsers, rules = arena["parsers"], arena.get("rules", {})
+    args: dict[str, tuple[str, str, str, str, str]] = {}
+    for node in parsers:
+        if node["type"] != "rule":
+            continue
+        inside = list(_walk(arena, node["child"]))
+        if not any(n["type"] == "tag" and n["tag"] == "tool-arg" for _, n in inside):
+            continue
+        name = _tagged_literal(arena, inside, "tool-arg-name")
+        value = _value_token(arena, node["child"], rules)
+        if name is not None and value is not None:
+            args[node["name"]] = ("", name, *value)
+    for node in parsers:
+        # a function's rule (or its "tool" tag, where the call's rule holds them all): its name, the rules it reaches
+        if not (node["type"] == "rule" or node["type"] == "tag" and node["tag"] == "tool"):
+            continue
+        inside = list(_walk(arena, node["child"]))
+        functions = {_tagged_literal(arena, [(at, n)], "tool-name") for at, n in inside} - {None}
+        if len(functions) == 1:  # one function's (a rule naming several would mix their arguments)
+            for rule in _rules_reached(arena, node["child"], rules):
+                if rule in args:
+                    args[rule] = (next(iter(functions)), *args[rule][1:])
+    return {rule: found for rule, found in args.items() if found[0]}
+
+
+def _tagged_literal(arena: dict[str, Any], nodes: list[tuple[int, dict[str, Any]]], tag: str) -> str | None:
+    for _, node in nodes:
+        if node["type"] == "tag" and node["tag"] == tag:
+            for _, inner in _walk(arena, node["child"]):
+                if inner["type"] == "literal":
+                    return str(inner["literal"])
+    return None
+
+
+def _rules_reached(arena: dict[str, Any], start: int, rules: dict[str, int]) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for _, node in _walk(arena, todo.pop()):
+            if node["type"] in ("rule", "ref") and node["name"] not in seen:
+                seen.add(node["name"])
+                if node["name"] in rules:
+                    todo.append(arena["parsers"][rules[node["name"]]]["child"])
+    return seen
+
+
+def _value_token(arena: dict[str, Any], start: int, rules: dict[str, int], depth: int = 0
+                 ) -> tuple[str, str, str] | None:
+    """(the grammar token of the raw-text value under `start`, the delimiter it includes or "", the delimiter that
+    ends it): an `until-N` (the close follows it in the grammar), an `ac-N` (it holds the close) or the rule holding
+    one of those."""
+    parsers = arena["parsers"]
+    for at, node in _walk(arena, start):
+        if node["type"] == "tag" and node["tag"] == "tool-arg-string-value" \
+                and parsers[node["child"]]["type"] == "until":
+            return f"until-{node['child']}", "", parsers[node["child"]]["delimiters"][0]
+        if node["type"] == "ac" and any(n["type"] == "tag" and n["tag"] == "tool-arg-string-value"
+                                        for _, n in _walk(arena, node["child"])):
+            return f"ac-{at}", node["delimiters"][0], node["delimiters"][0]
+        if node["type"] in ("rule", "ref") and depth < 2 and node["name"] in rules:
+            inner = _value_token(arena, parsers[rules[node["name"]]]["child"], rules, depth + 1)
+            if inner is not None:
+                return node["name"], inner[1], inner[2]
+    return None
+
+
+def _gbnf_literal(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _class(chars: str) -> str:
+    return "".join("\\" + c if c in "]^-\\" else c for c in dict.fromkeys(chars))
+
+
+def _bounded_value(rule: str, limit: int | None, close: str, ends: str) -> list[str]:
+    """GBNF rules `<rule>-value`: text that opens no tag and does not begin `ends` (its first two characters), at
+    most `limit` characters, then `close`. State a{k} (b{i}{k}): at most k more characters (right after the i-th
+    character that may begin markup)."""
+    ends = ends.lstrip()
+    banned = {_TAG_START: _TAG_NEXT}  # a character that may begin markup: the characters that may not follow it
+    banned[ends[0]] = banned.get(ends[0], "") + ends[1]
+    names = {c: f"b{i}" for i, c in enumerate(banned)}
+    tail = f" {_gbnf_literal(close)}" if close else ""
+
+    def state(name: str, k: int | None) -> str:
+        return f"{rule}-{name}" if k is None else f"{rule}-{name}-{k}"
+
+    def step(after: str, k: int | None) -> str:
+        """The alternatives after `after` (a character of `banned`, or "" for any other), k characters left."""
+        no = banned.get(after, "")
+        shifts = "".join(f" | {_gbnf_literal(c)} {state(names[c], k)}" for c in banned if c not in no)
+        return f'"" | [^{_class("".join(banned) + no)}] {state("a", k)}{shifts}'
+
+    if limit is None or limit > _MAX_COUNTED:
+        lines = [f"{rule}-value ::= {state('a', None)}{tail}", f"{state('a', None)} ::= {step('', None)}"]
+        return lines + [f"{state(names[c], None)} ::= {step(c, None)}" for c in banned]
+    lines = [f"{rule}-value ::= {state('a', limit)}{tail}", f'{state("a", 0)} ::= ""']
+    lines += [f'{state(names[c], 0)} ::= ""' for c in banned]
+    for k in range(1, limit + 1):
+        lines.append(f"{state('a', k)} ::= {step('', k - 1)}")
+        lines += [f"{state(names[c], k)} ::= {step(c, k - 1)}" for c in banned]
+    return lines
+
+
+def _max_length(tools: list[dict[str, Any]] | None, function: str, parameter: str) -> tuple[bool, int | None]:
+    """(whether `parameter` of `function` is a string and only that, its maxLength)."""
+    for tool in tools or []:
+        spec = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if isinstance(spec, dict) and spec.get("name") == function:
+            schema = ((spec.get("parameters") or {}).get("properties") or {}).get(parameter)
+            if isinstance(schema, dict) and schema.get("type") == "string":
+                limit = schema.get("maxLength")
+                return True, limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else None
+    return False, None
+
+
+def _bound_strings(lines: list[str], arena: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
+    """`lines` with each raw-text string argument's value bounded (see _bounded_value)."""
+    values = _string_values(arena)
+    out: list[str] = []
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        found = values.get(name) if sep else None
+        if found is not None:
+            function, parameter, token, close, ends = found
+            string, limit = _max_length(tools, function, parameter)
+            tokens = _TOKEN.findall(body)
+            if string and token in tokens and len(ends.strip()) > 1:
+                at = tokens.index(token)
+                tokens[at] = f"{name}-value"
+                line = f"{name} ::= {' '.join(tokens)}"
+                out.append(line)
+                out.extend(_bounded_value(name, limit, close, ends))
+                continue
+        out.append(line)
+    return out
