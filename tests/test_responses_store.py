@@ -125,6 +125,55 @@ def test_streamed_responses_are_kept(oai, model):
     assert [i.id for i in oai.responses.input_items.list(second.id, order="asc").data][1] == final.output[0].id
 
 
+def test_a_conversation_is_its_items_before_the_input(oai, model, server, first):
+    # OpenAI's Conversations API (the Agents SDK's conversation_id and OpenAIConversationsSession send it)
+    conv = oai.conversations.create(items=[{"type": "message", "role": "user", "content": FIRST},
+                                           {"type": "message", "role": "assistant", "content": first.output_text}],
+                                    metadata={"topic": "names"})
+    assert conv.id.startswith("conv_") and conv.metadata == {"topic": "names"}
+    # the prompt and greedy reply of the whole conversation sent as input
+    assert input_tokens(server, {"model": model, "input": SECOND, "conversation": conv.id}) == input_tokens(
+        server, {"model": model, "input": whole(first.output_text)})
+    second = create(oai, model, input=SECOND, conversation=conv.id)
+    assert second.output_text == create(oai, model, input=whole(first.output_text), store=False).output_text
+    # the turn's input, then its output, added to the conversation
+    items = oai.conversations.items.list(conv.id, order="asc").data
+    assert [(i.type, i.role) for i in items] == [("message", "user"), ("message", "assistant")] * 2
+    assert [i.content[0].text for i in items] == [FIRST, first.output_text, SECOND, second.output_text]
+    assert items[-1].id == second.output[0].id
+    newest = oai.conversations.items.list(conv.id, limit=1)  # desc by default, as OpenAI's
+    assert [i.id for i in newest.data] == [items[-1].id] and newest.has_more
+    third = create(oai, model, input="Thanks!", conversation={"id": conv.id})
+    assert len(oai.conversations.items.list(conv.id).data) == 6 and third.output_text
+
+
+def test_conversation_items_and_keys(server, oai, model):
+    conv = oai.conversations.create()
+    other = client(server, KEYS[1])
+    for call in (lambda: other.conversations.retrieve(conv.id), lambda: other.conversations.items.list(conv.id),
+                 lambda: other.conversations.delete(conv.id),
+                 lambda: create(other, model, input="Hi", conversation=conv.id)):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    with pytest.raises(openai.BadRequestError) as both:  # OpenAI's: one or the other
+        create(oai, model, input="Hi", conversation=conv.id, previous_response_id="resp_1")
+    assert both.value.param == "conversation"
+    added = oai.conversations.items.create(conv.id, items=[{"type": "message", "role": "user", "content": "Hi"}])
+    item = added.data[0]
+    assert item.content[0].text == "Hi"
+    assert oai.conversations.items.retrieve(item.id, conversation_id=conv.id).id == item.id
+    assert oai.conversations.items.delete(item.id, conversation_id=conv.id).id == conv.id
+    assert oai.conversations.items.list(conv.id).data == []
+    assert oai.conversations.update(conv.id, metadata={"a": "b"}).metadata == {"a": "b"}
+    assert oai.conversations.retrieve(conv.id).metadata == {"a": "b"}
+    assert oai.conversations.delete(conv.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        oai.conversations.retrieve(conv.id)
+    with pytest.raises(openai.NotFoundError) as missing:
+        create(oai, model, input="Hi", conversation=conv.id)
+    assert missing.value.param == "conversation"
+
+
 def test_another_key_never_reads_them(server, oai, model, first, db):
     other = client(server, KEYS[1])
     with pytest.raises(openai.NotFoundError):
@@ -163,6 +212,11 @@ def test_no_responses_store(smollm2_path, tmp_path):
         with pytest.raises(openai.BadRequestError) as chained:
             oai.responses.create(model="m", input="Hi", max_output_tokens=2, previous_response_id=got.id)
         assert chained.value.param == "previous_response_id"
+        with pytest.raises(openai.BadRequestError) as conversation:
+            oai.responses.create(model="m", input="Hi", max_output_tokens=2, conversation="conv_1")
+        assert conversation.value.param == "conversation"
+        with pytest.raises(openai.BadRequestError):
+            oai.conversations.create()
 
 
 def test_unknown_input_items_page(server, first):

@@ -6,6 +6,10 @@ input and output items, then its own input), owned by the hash of the API key th
 a key never reads, chains on or deletes another's. Rows older than `max_age` are gone, and the oldest go first
 when the rows' JSON passes `max_bytes`. The file is opened at the first use, so a server nobody asks for
 responses creates none.
+
+Conversations (POST /v1/conversations, a response's `conversation`) are kept in the same file under the same
+rules: a conversation and its items, in order, owned by a key; one not used for `max_age` is gone, and the least
+recently used go first when their items' JSON passes `max_bytes`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from .api_error import BadRequestError, ServerFaultError
+from .api_error import BadRequestError, NotFoundError, ServerFaultError
 from .responses.schemas import InputItem, MessageItem, ResponsesRequest
 
 DEFAULT_MAX_AGE = 30 * 86400.0  # seconds: OpenAI keeps a stored response 30 days
@@ -34,6 +38,12 @@ _INPUT: TypeAdapter[list[Any]] = TypeAdapter(list[InputItem])
 _SCHEMA = """CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY, owner TEXT NOT NULL, created REAL NOT NULL, size INTEGER NOT NULL,
     response TEXT NOT NULL, items TEXT NOT NULL)"""
+_CONVERSATIONS = ("""CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, created REAL NOT NULL, used REAL NOT NULL, metadata TEXT NOT NULL)""",
+                  """CREATE TABLE IF NOT EXISTS conversation_items (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, conversation TEXT NOT NULL, id TEXT NOT NULL, size INTEGER NOT NULL,
+    item TEXT NOT NULL)""",
+                  "CREATE INDEX IF NOT EXISTS items_by_conversation ON conversation_items (conversation, seq)")
 
 
 def default_path() -> Path:
@@ -84,6 +94,85 @@ class ResponseStore:
         with self._lock, self._open() as db:
             return db.execute("DELETE FROM responses WHERE id = ? AND owner = ?", (ident, owner)).rowcount > 0
 
+    def create_conversation(self, owner: str, items: list[dict[str, Any]], metadata: dict[str, str]
+                            ) -> dict[str, Any]:
+        """A new conversation of `owner`'s with `items` (given ids), as the API returns it."""
+        now, ident = time.time(), f"conv_{uuid.uuid4().hex}"
+        with self._lock, self._open() as db:
+            db.execute("INSERT INTO conversations VALUES (?, ?, ?, ?, ?)",
+                       (ident, owner, now, now, json.dumps(metadata, ensure_ascii=False)))
+            self._add(db, ident, items)
+        return {"id": ident, "created_at": int(now), "metadata": metadata}
+
+    def conversation(self, owner: str, ident: str, metadata: dict[str, str] | None = None) -> dict[str, Any] | None:
+        """`owner`'s conversation `ident` (with new `metadata` if given), None if there is none."""
+        with self._lock, self._open() as db:
+            row = self._live(db, owner, ident)
+            if row is not None and metadata is not None:
+                db.execute("UPDATE conversations SET metadata = ? WHERE id = ?",
+                           (json.dumps(metadata, ensure_ascii=False), ident))
+                row = row[0], json.dumps(metadata)
+        return None if row is None else {"id": ident, "created_at": int(row[0]), "metadata": json.loads(row[1])}
+
+    def delete_conversation(self, owner: str, ident: str) -> bool:
+        with self._lock, self._open() as db:
+            if db.execute("DELETE FROM conversations WHERE id = ? AND owner = ?", (ident, owner)).rowcount == 0:
+                return False
+            db.execute("DELETE FROM conversation_items WHERE conversation = ?", (ident,))
+            return True
+
+    def conversation_items(self, owner: str, ident: str) -> list[dict[str, Any]] | None:
+        """The items of `owner`'s conversation `ident`, oldest first; None if there is no such conversation."""
+        with self._lock, self._open() as db:
+            if self._live(db, owner, ident) is None:
+                return None
+            rows = db.execute("SELECT item FROM conversation_items WHERE conversation = ? ORDER BY seq",
+                              (ident,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def add_items(self, owner: str, ident: str, items: list[dict[str, Any]]) -> bool:
+        """`items` (given ids) after the others of `owner`'s conversation `ident`; False if there is none."""
+        with self._lock, self._open() as db:
+            if self._live(db, owner, ident) is None:
+                return False
+            self._add(db, ident, items)
+            return True
+
+    def delete_item(self, owner: str, ident: str, item_id: str) -> bool:
+        with self._lock, self._open() as db:
+            if self._live(db, owner, ident) is None:
+                return False
+            return db.execute("DELETE FROM conversation_items WHERE conversation = ? AND id = ?",
+                              (ident, item_id)).rowcount > 0
+
+    def _live(self, db: sqlite3.Connection, owner: str, ident: str) -> tuple[float, str] | None:
+        """(created, metadata) of `owner`'s conversation `ident` if it is not expired; marks it used."""
+        now = time.time()
+        row = db.execute("SELECT created, metadata FROM conversations WHERE id = ? AND owner = ? AND used >= ?",
+                         (ident, owner, now - self.max_age)).fetchone()
+        if row is not None:
+            db.execute("UPDATE conversations SET used = ? WHERE id = ?", (now, ident))
+        return row
+
+    def _add(self, db: sqlite3.Connection, ident: str, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            text = json.dumps(item, ensure_ascii=False)
+            db.execute("INSERT INTO conversation_items (conversation, id, size, item) VALUES (?, ?, ?, ?)",
+                       (ident, item["id"], len(text), text))
+        db.execute("UPDATE conversations SET used = ? WHERE id = ?", (time.time(), ident))
+        self._prune_conversations(db)
+
+    def _prune_conversations(self, db: sqlite3.Connection) -> None:
+        db.execute("DELETE FROM conversations WHERE used < ?", (time.time() - self.max_age,))
+        db.execute("DELETE FROM conversation_items WHERE conversation NOT IN (SELECT id FROM conversations)")
+        if db.execute("SELECT total(size) FROM conversation_items").fetchone()[0] <= self.max_bytes:
+            return
+        db.execute("DELETE FROM conversations WHERE id IN (SELECT id FROM (SELECT c.id, SUM(s.size) OVER "
+                   "(ORDER BY c.used DESC, c.id) AS kept FROM conversations c JOIN (SELECT conversation, "
+                   "total(size) AS size FROM conversation_items GROUP BY conversation) s ON s.conversation = c.id) "
+                   "WHERE kept > ?)", (self.max_bytes,))
+        db.execute("DELETE FROM conversation_items WHERE conversation NOT IN (SELECT id FROM conversations)")
+
     def close(self) -> None:
         with self._lock:
             if self._db is not None:
@@ -101,6 +190,8 @@ class ResponseStore:
                 db.execute("PRAGMA journal_mode=WAL")  # servers sharing the file do not block each other's reads
                 db.execute("PRAGMA synchronous=NORMAL")  # WAL's: no fsync per response on the event loop
             db.execute(_SCHEMA)
+            for statement in _CONVERSATIONS:
+                db.execute(statement)
             db.execute("CREATE INDEX IF NOT EXISTS by_created ON responses (created)")
             db.commit()
         except (OSError, sqlite3.Error) as exc:
@@ -121,7 +212,11 @@ class ResponseStore:
 
 def given_items(body: ResponsesRequest) -> list[dict[str, Any]]:
     """A request's input as the items GET .../input_items lists: each with an id, a message's text as a part."""
-    given: list[Any] = [MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input
+    return as_items([MessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input)
+
+
+def as_items(given: list[Any]) -> list[dict[str, Any]]:
+    """Input items (schemas.InputItem) as they are kept and listed: each with an id, a message's text as a part."""
     out = []
     for item in given:
         fields = item.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -135,8 +230,11 @@ def given_items(body: ResponsesRequest) -> list[dict[str, Any]]:
 
 def chained(store: ResponseStore | None, owner: str, body: ResponsesRequest) -> tuple[ResponsesRequest, list[dict]]:
     """`body` with the conversation of its previous_response_id before its input (OpenAI's: that response's input
-    items, then its output items), and the items it answers. An id `owner` did not keep: a 400 as OpenAI's."""
+    items, then its output items), or the items of its `conversation`, and the items it answers. An id `owner`
+    did not keep: a 400 as OpenAI's (a conversation: a 404)."""
     items = given_items(body)
+    if body.conversation is not None:
+        return _in_conversation(store, owner, body, items)
     if body.previous_response_id is None:
         return body, items
     if store is None:
@@ -148,9 +246,45 @@ def chained(store: ResponseStore | None, owner: str, body: ResponsesRequest) -> 
         raise BadRequestError(f"Previous response with id '{body.previous_response_id}' not found.",
                               param="previous_response_id", code="previous_response_not_found")
     items = kept.items + kept.response["output"] + items
+    return body.model_copy(update={"input": _history(items)}), items
+
+
+def conversation_id(body: ResponsesRequest) -> str | None:
+    given = body.conversation
+    return given if isinstance(given, str) or given is None else given.id
+
+
+def _in_conversation(store: ResponseStore | None, owner: str, body: ResponsesRequest, items: list[dict]
+                     ) -> tuple[ResponsesRequest, list[dict]]:
+    ident = conversation_id(body)
+    if body.previous_response_id is not None:  # OpenAI's: one or the other
+        raise BadRequestError("previous_response_id and conversation cannot both be given: a conversation keeps "
+                              "its own turns", param="conversation", code="invalid_request_error")
+    if store is None:
+        raise BadRequestError("conversation: this server keeps no conversations (--no-responses-store); send the "
+                              "whole conversation as input", param="conversation", code="unsupported_parameter")
+    kept = store.conversation_items(owner, str(ident))
+    if kept is None:
+        raise NotFoundError(f"Conversation with id '{ident}' not found.", param="conversation")
+    return body.model_copy(update={"input": _history(kept + items)}), items
+
+
+def _history(items: list[dict[str, Any]]) -> list[Any]:
     # reasoning items stay listed, but are not sent back (as the chat path drops an earlier turn's thinking)
-    history = _INPUT.validate_python([h for i in items if i["type"] != "reasoning" for h in _as_input(i)])
-    return body.model_copy(update={"input": history}), items
+    return _INPUT.validate_python([h for i in items if i["type"] != "reasoning" for h in _as_input(i)])
+
+
+def page(items: list[dict[str, Any]], limit: int, order: str, after: str | None, where: str) -> dict[str, Any]:
+    """One of OpenAI's list pages of `items` (oldest first), `after` an item id of `where`'s."""
+    items = items[::-1] if order == "desc" else items
+    if after is not None:
+        start = next((i + 1 for i, item in enumerate(items) if item.get("id") == after), None)
+        if start is None:
+            raise BadRequestError(f"no item {after!r} in {where}", param="after")
+        items = items[start:]
+    data = items[:limit]
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": len(items) > limit}
 
 
 def _as_input(item: dict[str, Any]) -> list[dict[str, Any]]:

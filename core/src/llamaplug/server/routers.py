@@ -15,11 +15,12 @@ from .native import completion, infill, props, rerank, templates, tokens
 from .ollama import generate as ollama_generate
 from .ollama import models as ollama_models
 from .openai import chat, completions, embeddings, models
+from .responses import conversations
 from .responses import routes as responses
 
 ROUTERS = [admin.router, models.router, completions.router, chat.router, embeddings.router,
            # the other two client APIs, translated onto the chat path
-           messages.router, responses.router,
+           messages.router, responses.router, conversations.router,
            # llama-server's own API
            completion.router, infill.router, tokens.router, templates.router, props.router, rerank.router,
            embeddings.native_router,

@@ -34,7 +34,7 @@ from ..openai.schemas import ChatRequest, InputTokens
 from ..registry import Served
 from ..request_fields import progress
 from ..request_limits import check_messages
-from ..response_store import Kept, chained
+from ..response_store import Kept, ResponseStore, chained, conversation_id
 from ..shared import chat_prompt_tokens, so_far, timings
 from ..streaming import named_sse, off_loop, unless_gone
 from .schemas import (
@@ -76,8 +76,7 @@ async def responses(body: ResponsesRequest, request: Request,
 
     if asks_for_mcp(chat.tools):  # the server runs the model's MCP calls (server/mcp/responses.py)
         reply = _Reply(served, body)
-        if body.store and store is not None:
-            reply.keep = lambda response: store.put(owner, response, kept_items)
+        reply.keep = _keeper(store, owner, body, kept_items)
         return await mcp_response(body, chat, request, served, reply)
     options = served.chat_options(reasoning_effort=effort, parallel_tool_calls=body.parallel_tool_calls)
     call = ChatCall(ChatSpec(chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
@@ -86,8 +85,7 @@ async def responses(body: ResponsesRequest, request: Request,
                     chat.sampling(llama.params.seed, served.sampling), max_tokens=limit, model=served.id)
     run = await off_loop(lambda: start_chat(llama, call), request)
     reply = _Reply(served, body)
-    if body.store and store is not None:
-        reply.keep = lambda response: store.put(owner, response, kept_items)
+    reply.keep = _keeper(store, owner, body, kept_items)
     if body.stream:
         return named_sse(_events(reply, run), reply.error)
     done = await unless_gone(request, run.acompletion())
@@ -140,6 +138,22 @@ async def delete(response_id: str, request: Request) -> DeletedResponse:
     if store is None or not await off_loop(lambda: store.delete(_owner(request), response_id), request):
         raise _missing(response_id)
     return DeletedResponse(id=response_id)
+
+
+def _keeper(store: ResponseStore | None, owner: str, body: ResponsesRequest, kept_items: list[dict[str, Any]]
+            ) -> Callable[[dict[str, Any]], None] | None:
+    """What keeps a finished response: its row (store: true), and the turn's items added to its conversation
+    (OpenAI's: the input items, then the output items)."""
+    ident = conversation_id(body)
+    if store is None or not (body.store or ident is not None):
+        return None
+
+    def keep(response: dict[str, Any]) -> None:
+        if body.store:
+            store.put(owner, response, kept_items)
+        if ident is not None:  # kept_items: this turn's input (response_store.chained)
+            store.add_items(owner, ident, kept_items + response["output"])
+    return keep
 
 
 def _owner(request: Request) -> str:

@@ -105,6 +105,10 @@ class ReasoningConfig(_Body):
     summary: str | None = None
 
 
+class ConversationRef(_Body):
+    id: str
+
+
 class ResponsesRequest(_Body):
     model: str | None = None
     input: str | Annotated[list[InputItem], Field(min_length=1)]
@@ -121,6 +125,9 @@ class ResponsesRequest(_Body):
         None, description="llamaplug's: what constrains the reply to text.format (default: the server's "
                           "--structured-engine)")
     previous_response_id: str | None = None
+    conversation: str | ConversationRef | None = Field(
+        None, description="a conversation (POST /v1/conversations) whose items come before the input, and to which "
+                          "the input and output items are added")
     store: bool = Field(True, description="keep the response (GET /v1/responses/{id}, previous_response_id)")
     metadata: dict[str, str] | None = None
     reasoning: ReasoningConfig | None = None
@@ -261,4 +268,34 @@ class InputItemList(BaseModel):
 class DeletedResponse(BaseModel):
     id: str
     object: Literal["response"] = "response"
+    deleted: bool = True
+
+
+class ConversationRequest(_Body):
+    """POST /v1/conversations: its first items (up to 20, as OpenAI's) and metadata."""
+
+    items: Annotated[list[InputItem], Field(max_length=20)] | None = None
+    metadata: dict[str, str] | None = None
+
+
+class ConversationUpdate(_Body):
+    metadata: dict[str, str]
+
+
+class ConversationItems(_Body):
+    """POST /v1/conversations/{id}/items."""
+
+    items: Annotated[list[InputItem], Field(min_length=1, max_length=20)]
+
+
+class Conversation(BaseModel):
+    id: str
+    object: Literal["conversation"] = "conversation"
+    created_at: int
+    metadata: dict[str, str] = {}
+
+
+class DeletedConversation(BaseModel):
+    id: str
+    object: Literal["conversation.deleted"] = "conversation.deleted"
     deleted: bool = True
