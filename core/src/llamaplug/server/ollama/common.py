@@ -1,8 +1,10 @@
-"""What Ollama's route modules share: its error document, the served id a client's name names, its timestamps and
-its NDJSON lines (an error that comes after the status line is the last line, {"error": "..."})."""
+"""What Ollama's route modules share: its error document, a request's lease of its model, the served id a client's
+name names, its timestamps and its NDJSON lines (an error that comes after the status line is the last line,
+{"error": "..."})."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import time
@@ -12,7 +14,19 @@ from typing import Any
 from ...errors import LlamaError
 from ..api_error import ModelNotServedError
 from ..errors import ApiError, as_api_error
-from ..registry import ModelRegistry
+from ..registry import ModelRegistry, Served
+
+
+@dataclasses.dataclass
+class Leased:
+    """A request's model: `served` (None for a load/unload request, which takes no lease), and its timing."""
+
+    served: Served | None
+    ident: str
+    keep_alive: float | None
+    started: int  # perf_counter_ns at the request's start
+    load_ns: int  # the wait for the model (its load, if it was not loaded)
+
 
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"description": '{"error": "..."}'} for code in (400, 401, 404, 503)}
 
