@@ -295,3 +295,29 @@ def test_two_processes_write_the_same_prefixes(smollm2_path, references, tmp_pat
 def test_names_stay_in_the_directory():
     assert disk_store._NAME.fullmatch(file_name("scope", list(range(100))) + ".kv")
     assert os.sep not in file_name("../../etc", [1, 2, 3])
+
+
+def test_a_sliding_window_model_hits_after_a_restart(gemma_path, tmp_path):
+    """Gemma-3 (a 512-token sliding window): its cache keeps the window's last positions only, so the sequence a
+    question left (written after the prefill and again at the close) lacked the window the next question's prompt
+    needs after the shared system prompt, and the restarted Llama read it all again (0 cached tokens, a disk hit
+    counted). A disk tier turns swa_full on (high/llama.py)."""
+    system = SYSTEM * 5  # ~750 tokens: past the window
+
+    def gemma() -> lp.Llama:
+        return lp.Llama.load(lp.LlamaParams(gemma_path, n_ctx=1024, n_threads=THREADS, cache_dir=tmp_path,
+                                            cache_ram_mib=0))
+
+    llm = gemma()
+    try:
+        assert llm.context.params.swa_full
+        complete(llm, system + QUESTIONS[0])
+    finally:
+        llm.close()
+    llm = gemma()
+    try:
+        out = complete(llm, system + QUESTIONS[1])
+        assert out.timings.cached_tokens >= len(llm.model.tokenize(system)) - 2
+        assert ("disk", out.timings.cached_tokens) in llm.engine.slots_cache()
+    finally:
+        llm.close()

@@ -78,6 +78,12 @@ class Llama:
         model = LlamaModel(params.model_path, params.model_params(), params.context_params())
         # The fit sized the context that n_ctx=0 left to it (as llama-cli does).
         context_params = model.fit.context if model.fit is not None else params.context_params()
+        if params.cache_dir is not None and params.cache_disk_mib > 0 and model.n_swa and not context_params.swa_full:
+            # A sliding-window cache keeps only the last n_swa + n_ubatch positions of a read prompt, so a stored
+            # sequence that a later prompt leaves before its end (another question after the same system prompt)
+            # lacks the window that prompt needs, and the slot reads it all again: a disk tier would never serve.
+            logging.getLogger("llamaplug.cache").info("cache_dir on a sliding-window model: swa_full on")
+            context_params = context_params.replace(swa_full=True)
         if bar is not None:
             bar.close()
         try:
