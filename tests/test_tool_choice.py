@@ -289,3 +289,34 @@ def test_a_forced_raw_text_argument_holds_no_markup_and_keeps_its_max_length(lla
     for value in ("UTC</time>", "<type>string", "UTC" + close, "ABCDEFGHIJKLM"):
         assert not _accepts(llama, grammar, params["generation_prompt"] + call.format(value)), value
     templates.close()
+
+
+PLACE = {"type": "function", "function": {"name": "place", "description": "A place", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"},
+                                     "street": {"type": "string"}}, "required": ["city", "country"]}}}
+
+
+def test_a_forced_python_style_call_names_each_argument_once(llama):
+    """LFM2's calls are python-style (`[get_time(zone="UTC")]`) and llama.cpp's grammar lists the arguments as
+    `arg ("," space arg)*`, any argument any number of times: SmolLM2 repeated a key (bench/tool_choice_sweep.py:
+    LFM2 x3). In a forced call each argument comes at most once and the required ones always, in any order. On the
+    old code the test fails at the repeated zone."""
+    from llamaplug.blocks.chat_layer import parse_reply, parser_params
+
+    templates = ChatTemplates(llama.model, (TEMPLATE_DIR / "LFM2-8B-A1B.jinja").read_text())
+    params = templates.apply({"messages": ASK, "tools": [TIME, PLACE], "tool_choice": "required",
+                              "parallel_tool_calls": False})
+    grammar = Grammar.from_string(params["grammar"])
+
+    def call(text: str) -> str:
+        return f"<|tool_call_start|>[{text}]<|tool_call_end|>"
+
+    assert parse_reply(parser_params(params), call('get_time(zone="UTC")'))["tool_calls"][0]["arguments"] == \
+        '{"zone":"UTC"}'
+    for text in ('get_time(zone="UTC")', 'place(city="Paris", country="FR")', "place(country='FR', city='Paris')",
+                 'place(street="Rue", city="Paris", country="FR")'):
+        assert _accepts(llama, grammar, params["generation_prompt"] + call(text)), text
+    for text in ('get_time(zone="UTC", zone="CET")', 'place(city="Paris", city="Lyon", country="FR")',
+                 'place(city="Paris")', 'place(city="Paris", street="Rue")'):
+        assert not _accepts(llama, grammar, params["generation_prompt"] + call(text)), text
+    templates.close()

@@ -67,7 +67,7 @@ def call_first(params: dict[str, Any], parallel: bool | None = None, tools: list
             body = body.replace(_ID, _BOUNDED_ID)
             line = f"{name} ::= {body}"
         lines.append(line)
-    lines = _bound_strings(lines, arena, tools)
+    lines = _args_once(_bound_strings(lines, arena, tools), arena, tools)
     out = "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
     if out == grammar:
         return grammar
@@ -354,5 +354,106 @@ def _bound_strings(lines: list[str], arena: dict[str, Any], tools: list[dict[str
                 out.append(line)
                 out.extend(_bounded_value(name, limit, close, ends))
                 continue
+        out.append(line)
+    return out
+
+
+# The python-style calls (LFM2's `[get_time(zone="UTC")]`) list their arguments as `arg ("," space arg)*`, any
+# argument any number of times: SmolLM2 wrote `zone="UTC", zone="..."`, a key repeated (the parser keeps both). In a
+# forced call each argument comes at most once and the schema's required ones always, in any order (up to
+# _MAX_PERMUTED arguments; beyond that in the schema's order).
+_MAX_PERMUTED = 4
+
+
+def _first_literal(alts: Alts) -> str | None:
+    for seq in alts:
+        for tok, _ in seq:
+            found = tok if isinstance(tok, str) and tok.startswith('"') else None
+            if found is None and not isinstance(tok, str):
+                found = _first_literal(tok)
+            if found is not None:
+                return found
+        return None
+    return None
+
+
+def _orders(names: list[str], required: set[str]) -> list[list[str]]:
+    from itertools import combinations, permutations
+
+    if len(names) > _MAX_PERMUTED:
+        # the required ones (or the first: the list has one argument at least), then the others, each optional
+        first = [n for n in names if n in required] or names[:1]
+        return [first + [n for n in names if n not in first]]
+    out = []
+    for k in range(1, len(names) + 1):
+        for subset in combinations(names, k):
+            if required <= set(subset):
+                out.extend(list(order) for order in permutations(subset))
+    return out
+
+
+def _each_once(alts: Alts, required: set[str] | None) -> tuple[Alts, bool]:
+    """`alts` with `X ("," space X)*` (X: a choice of arguments) as each argument at most once."""
+    changed = False
+    out: Alts = []
+    for seq in alts:
+        new: list[list[Any]] = []
+        at = 0
+        while at < len(seq):
+            tok, rep = seq[at]
+            after = seq[at + 1] if at + 1 < len(seq) else None
+            if not isinstance(tok, str) and rep == "" and after is not None and after[1] == "*" \
+                    and not isinstance(after[0], str) and len(after[0]) == 1 \
+                    and [t for t, _ in after[0][0][:2]] == ['","', "space"] and len(after[0][0]) == 3 \
+                    and after[0][0][2] == [tok, ""]:
+                args = {}
+                for alt in tok:
+                    literal = _first_literal([alt])
+                    args[json.loads(literal) if literal else ""] = alt
+                if "" not in args:
+                    known = set(args) if required is None else required & set(args)
+                    choices: Alts = []
+                    for order in _orders(list(args), known):
+                        items: list[list[Any]] = []
+                        for i, name in enumerate(order):
+                            part = [[[args[name]], ""]] if i == 0 else [['","', ""], ["space", ""], [[args[name]], ""]]
+                            if i > 0 and name not in known and len(args) > _MAX_PERMUTED:
+                                part = [[[part], "?"]]
+                            items.extend(part)
+                        choices.append(items)
+                    new.append([choices, ""])
+                    at += 2
+                    changed = True
+                    continue
+            if not isinstance(tok, str):
+                tok, inner = _each_once(tok, required)
+                changed |= inner
+            new.append([tok, rep])
+            at += 1
+        out.append(new)
+    return out, changed
+
+
+def _args_once(lines: list[str], arena: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
+    """`lines` with each function's python-style argument list taking each argument at most once (see above)."""
+    functions = {}
+    for node in arena["parsers"]:
+        if node["type"] == "rule":
+            found = {_tagged_literal(arena, [(at, n)], "tool-name") for at, n in _walk(arena, node["child"])} - {None}
+            if len(found) == 1:
+                functions[node["name"]] = found.pop()
+    out = []
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        if sep and name in functions and '"," space' in body:
+            required = None
+            for tool in tools or []:
+                spec = tool.get("function", tool) if isinstance(tool, dict) else {}
+                if isinstance(spec, dict) and spec.get("name") == functions[name]:
+                    listed = (spec.get("parameters") or {}).get("required")
+                    required = {str(r) for r in listed} if isinstance(listed, list) else set()
+            alts, changed = _each_once(_parse(_TOKEN.findall(body))[0], required)
+            if changed:
+                line = f"{name} ::= {_render(alts)}"
         out.append(line)
     return out
