@@ -139,6 +139,19 @@ def test_pull_without_the_hub_fails_in_one_line(tmp_path):
     assert "MaxRetryError" not in done.stderr and "Connection refused" in done.stderr and "org/absent" in done.stderr
 
 
+def test_pull_of_a_cached_model_without_the_hub_uses_the_cache_at_once(cache):
+    # Before: the listing fell back on the cache, then hf_hub_download's HEAD of the file retried five times
+    # (1+2+4+8+8 s) with a MaxRetryError warning each before it fell back too.
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_ENDPOINT": "http://127.0.0.1:9",
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_HUB_OFFLINE", None)
+    done = cli("pull", f"{REPO}:Q8_0", env=env)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).name == "m-Q8_0.gguf"
+    assert "Retrying" not in done.stderr and "MaxRetryError" not in done.stderr, done.stderr
+    assert "Connection refused): using the local cache" in done.stderr
+
+
 def test_serve_takes_hub_names_from_the_cache(cache, no_hub, tiny):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_CACHE", str(cache))

@@ -83,6 +83,12 @@ def repo_files(repo_id: str, revision: str | None = None, cache_dir: str | os.Pa
                endpoint: str | None = None) -> list[str]:
     """Every file of the repository at `revision`: asked of the Hub, or read from the cache when offline
     (HF_HUB_OFFLINE=1) or when the Hub cannot be reached."""
+    return _listing(repo_id, revision, cache_dir, endpoint)[0]
+
+
+def _listing(repo_id: str, revision: str | None, cache_dir: str | os.PathLike[str] | None, endpoint: str | None
+             ) -> tuple[list[str], bool]:
+    """repo_files, and whether they come from the cache alone (offline, or the Hub unreachable)."""
     hub = _hub()
     errors = hub.errors
     where = f"{repo_id}" + (f"@{revision}" if revision else "")
@@ -90,7 +96,7 @@ def repo_files(repo_id: str, revision: str | None = None, cache_dir: str | os.Pa
     if not _offline(hub):
         try:
             info = hub.HfApi(endpoint=endpoint).model_info(repo_id, revision=revision)
-            return sorted(s.rfilename for s in info.siblings or ())
+            return sorted(s.rfilename for s in info.siblings or ()), False
         except errors.HFValidationError as exc:
             raise InvalidParameterError(f"{repo_id!r} is not a Hub repository id: {exc}", field="repo_id") from None
         except errors.RevisionNotFoundError:
@@ -107,7 +113,7 @@ def repo_files(repo_id: str, revision: str | None = None, cache_dir: str | os.Pa
                        f"({cache_dir or hub.constants.HF_HUB_CACHE})")
     if unreachable is not None:
         log.warning("cannot list %s on the Hub (%s): using the local cache", where, unreachable)
-    return files
+    return files, True
 
 
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^\"')\\]+)")
@@ -221,16 +227,20 @@ def download(repo_id: str, filename: str | None = None, *, tag: str | None = Non
     `progress`, if given, is called (from this thread and a watcher thread) as each file's bytes arrive.
     """
     hub = _hub()
-    parts = pick(repo_files(repo_id, revision, cache_dir, endpoint), repo_id, filename, tag)
+    files, cache_only = _listing(repo_id, revision, cache_dir, endpoint)
+    parts = pick(files, repo_id, filename, tag)
     errors = hub.errors
     paths = []
     for part in parts:
         try:
+            # A Hub found unreachable is not asked again per file: huggingface_hub's HEAD would retry five times
+            # (23 s of backoff, each retry a MaxRetryError warning) before it too falls back on the cache.
             if progress is None:
                 paths.append(Path(hub.hf_hub_download(repo_id, part, revision=revision, cache_dir=cache_dir,
-                                                      endpoint=endpoint, local_files_only=_offline(hub))))
+                                                      endpoint=endpoint, local_files_only=cache_only)))
             else:
-                paths.append(_download_reporting(hub, repo_id, part, revision, cache_dir, endpoint, progress))
+                paths.append(_download_reporting(hub, repo_id, part, revision, cache_dir, endpoint, progress,
+                                                 cache_only))
         except errors.LocalEntryNotFoundError:
             raise HubError(f"{repo_id}: {part} is not in the local cache and the Hub cannot be used "
                            f"(offline, or unreachable)") from None
@@ -241,12 +251,13 @@ def download(repo_id: str, filename: str | None = None, *, tag: str | None = Non
 
 
 def _download_reporting(hub: Any, repo_id: str, part: str, revision: str | None,
-                        cache_dir: str | os.PathLike[str] | None, endpoint: str | None, progress: ProgressFn) -> Path:
+                        cache_dir: str | os.PathLike[str] | None, endpoint: str | None, progress: ProgressFn,
+                        cache_only: bool) -> Path:
     """hf_hub_download of one file, its partial blob (blobs/ETAG.incomplete) watched meanwhile for `progress`."""
     cached = hub.try_to_load_from_cache(repo_id, part, cache_dir=cache_dir, revision=revision)
-    if isinstance(cached, str) or _offline(hub):
+    if isinstance(cached, str) or cache_only:
         path = Path(hub.hf_hub_download(repo_id, part, revision=revision, cache_dir=cache_dir, endpoint=endpoint,
-                                        local_files_only=_offline(hub)))
+                                        local_files_only=cache_only))
         size = path.stat().st_size
         progress(Progress(part, path.resolve().name, size, size))
         return path
