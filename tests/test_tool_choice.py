@@ -320,3 +320,31 @@ def test_a_forced_python_style_call_names_each_argument_once(llama):
                  'place(city="Paris")', 'place(city="Paris", street="Rue")'):
         assert not _accepts(llama, grammar, params["generation_prompt"] + call(text)), text
     templates.close()
+
+
+def test_a_forced_gemma4_call_has_its_schemas_keys_and_value_types(llama):
+    """Gemma 4 writes the arguments as its own dict (`call:get_time{zone:<|"|>UTC<|"|>}`) and llama.cpp's grammar
+    takes any dict there: SmolLM2 wrote keys and values the schema does not have (bench/tool_choice_sweep.py: Gemma 4
+    x2). In a forced call the dict holds the schema's keys, each at most once, the required ones always, in any order,
+    each value of its type. On the old code the test fails at the unknown key."""
+    from llamaplug.blocks.chat_layer import parse_reply, parser_params
+
+    templates = ChatTemplates(llama.model, (TEMPLATE_DIR / "google-gemma-4-31B-it.jinja").read_text())
+    params = templates.apply({"messages": ASK, "tools": [TIME, PLACE], "tool_choice": "required",
+                              "parallel_tool_calls": False})
+    grammar = Grammar.from_string(params["grammar"])
+
+    def call(name: str, args: str) -> str:
+        return f"<|tool_call>call:{name}{{{args}}}<tool_call|>"
+
+    s = '<|"|>{}<|"|>'.format
+    assert parse_reply(parser_params(params), call("get_time", "zone:" + s("UTC")))["tool_calls"][0]["arguments"] \
+        == '{"zone":"UTC"}'
+    for name, args in (("get_time", "zone:" + s("UTC")), ("place", f"city:{s('Paris')},country:{s('FR')}"),
+                       ("place", f"country:{s('FR')}, street:{s('Rue')},city:{s('Paris')}")):
+        assert _accepts(llama, grammar, params["generation_prompt"] + call(name, args)), args
+    for name, args in (("get_time", "time:" + s("UTC")), ("get_time", "zone:5"), ("get_time", ""),
+                       ("get_time", f"zone:{s('UTC')},zone:{s('CET')}"), ("get_time", "zone:" + s("ABCDEFGHIJKLM")),
+                       ("place", f"city:{s('Paris')}")):
+        assert not _accepts(llama, grammar, params["generation_prompt"] + call(name, args)), args
+    templates.close()

@@ -67,7 +67,7 @@ def call_first(params: dict[str, Any], parallel: bool | None = None, tools: list
             body = body.replace(_ID, _BOUNDED_ID)
             line = f"{name} ::= {body}"
         lines.append(line)
-    lines = _args_once(_bound_strings(lines, arena, tools), arena, tools)
+    lines = _gemma4_args(_args_once(_bound_strings(lines, arena, tools), arena, tools), tools)
     out = "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
     if out == grammar:
         return grammar
@@ -456,4 +456,72 @@ def _args_once(lines: list[str], arena: dict[str, Any], tools: list[dict[str, An
             if changed:
                 line = f"{name} ::= {_render(alts)}"
         out.append(line)
+    return out
+
+
+# Gemma 4 writes a call's arguments as its own dict (`call:get_time{zone:<|"|>UTC<|"|>}`), and llama.cpp's grammar
+# takes any dict there (`tool-get_time ::= ("get_time") gemma4-dict`: any keys, any values): SmolLM2 wrote keys and
+# shapes the schema does not have. A forced call's dict is the schema's top-level properties instead: each key at most
+# once, the required ones always (in any order up to _MAX_PERMUTED keys), each value of its type (a string opens no
+# markup and keeps its maxLength; an object, array or a type not named: any Gemma 4 value).
+_GEMMA4_QUOTE = '<|"|>'
+
+
+def _gemma4_value(rule: str, schema: Any) -> tuple[str, list[str]]:
+    """(the GBNF of a value of `schema`, the rules it needs)."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if isinstance(schema, dict) and isinstance(schema.get("enum"), list) and schema["enum"] \
+            and all(isinstance(v, str) for v in schema["enum"]):
+        return "(" + " | ".join(_gbnf_literal(_GEMMA4_QUOTE + v + _GEMMA4_QUOTE) for v in schema["enum"]) + ")", []
+    if kind == "string":
+        limit = schema.get("maxLength")
+        limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else None
+        return f"{_gbnf_literal(_GEMMA4_QUOTE)} {rule}-value", _bounded_value(rule, limit, _GEMMA4_QUOTE, _GEMMA4_QUOTE)
+    simple = {"number": "gemma4-number", "integer": '"-"? ("0" | [1-9] [0-9]{0,17})', "boolean": "gemma4-bool",
+              "null": "gemma4-null"}
+    return simple.get(kind, "gemma4-value") if isinstance(kind, str) else "gemma4-value", []
+
+
+def _gemma4_args(lines: list[str], tools: list[dict[str, Any]] | None) -> list[str]:
+    """`lines` with each function's `gemma4-dict` arguments shaped by its schema (see above)."""
+    if not any(line.startswith("gemma4-dict ::= ") for line in lines):
+        return lines
+    schemas = {}
+    for tool in tools or []:
+        spec = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            # llama.cpp's rule names write "_" (any character but letters, digits and "-") as "-"
+            schemas[f"tool-{re.sub(r'[^A-Za-z0-9-]', '-', spec['name'])}"] = spec.get("parameters") or {}
+    out: list[str] = []
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        tokens = _TOKEN.findall(body) if sep else []
+        schema = schemas.get(name)
+        props = schema.get("properties") if isinstance(schema, dict) else None
+        if not (tokens and tokens[-1] == "gemma4-dict" and isinstance(props, dict)
+                and all(isinstance(k, str) and k and not set(k) & set(":}") for k in props)):
+            out.append(line)
+            continue
+        listed = schema.get("required")
+        required = {r for r in listed if r in props} if isinstance(listed, list) else set()
+        keys, extra = {}, []
+        for i, (key, sub) in enumerate(props.items()):
+            value, rules = _gemma4_value(f"{name}-arg{i}", sub)
+            keys[key] = f"{_gbnf_literal(key + ':')} space {value}"
+            extra += rules
+        names = list(keys)
+        if len(names) <= _MAX_PERMUTED:
+            orders = _orders(names, required) if names else []
+            alts = [' "," space '.join(keys[k] for k in order) for order in orders]
+            if not required:
+                alts.append("")
+            args = " | ".join(f"{alt} space" if alt else '""' for alt in alts) if alts else '""'
+        else:  # the required keys in the schema's order, then the others, each optional
+            first = [k for k in names if k in required] or names[:1]
+            rest = "".join(f' ("," space {keys[k]})?' for k in names if k not in first)
+            args = ' "," space '.join(keys[k] for k in first) + rest + " space"
+            if not required:
+                args = f'({args})?'
+        out.append(f'{name} ::= {" ".join(tokens[:-1])} "{{" space ({args}) "}}"')
+        out.extend(extra)
     return out
