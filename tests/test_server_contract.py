@@ -358,8 +358,10 @@ def test_llama_arg_variables_configure_both_the_same(native_tools, smollm2_path,
                "LLAMA_ARG_HOST": f"127.0.0.1,{sock}", "LLAMA_ARG_CTX_SIZE": "1024", "LLAMA_ARG_N_PARALLEL": "1",
                "LLAMA_ARG_THREADS": str(THREADS), "LLAMA_ARG_ALIAS": "smol,b-name", "LLAMA_ARG_TAGS": "tiny,test",
                "LLAMA_ARG_NO_ENDPOINT_SLOTS": "1"}
-        with _by_environment(argv, env, port):
+        with _by_environment(argv, env, port) as proc:
             seen[side] = _environment_script(port, sock)
+        if side == "ours":  # SIGTERM: exit 0 and the socket file gone (it raised EBADF naming the closed socket)
+            assert proc.returncode == 0 and not os.path.exists(sock), proc.stderr.read()[-3000:]
     ours, theirs = seen["ours"], seen["theirs"]
     assert ours["props"] == theirs["props"]
     for key in ("id", "aliases", "tags"):

@@ -75,13 +75,15 @@ def serve_on(app: Any, bound: list[socket.socket], grace: float | None = None, *
     (http_limits.uvicorn_options)."""
     from . import shutdown
 
+    # Read before serving: stopping closes the listening sockets, and a closed socket has no name (EBADF).
+    paths = [sock.getsockname() for sock in bound if sock.family == socket.AF_UNIX]
     try:
         shutdown.serve(app, shutdown.DEFAULT_GRACE if grace is None else grace, sockets=bound,
                        **{"log_level": "warning", **options})
     finally:
         for sock in bound:
-            name = sock.getsockname() if sock.family == socket.AF_UNIX else None
             sock.close()
-            if name:
+        for path in paths:
+            if path:
                 with contextlib.suppress(OSError):
-                    os.unlink(name)
+                    os.unlink(path)
