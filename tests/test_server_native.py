@@ -97,6 +97,13 @@ def llama_server_script(port: int) -> dict[str, tuple[int, Any]]:
                                                         "temperature": 0, "cache_prompt": True, "id_slot": 0}),
         "completion_stream": call(port, "/completion", {"prompt": SCRIPT_PROMPT, "n_predict": 12,
                                                         "temperature": 0, "stream": True}),
+        # llama-server's prompt object, alone and in a list beside token ids; multimodal_data without a projector
+        "completion_object": call(port, "/completion", {"prompt": {"prompt_string": SCRIPT_PROMPT}, "n_predict": 12,
+                                                        "temperature": 0}),
+        "completion_objects": call(port, "/completion", {"prompt": [[504, 3575, 282, 4649, 314], {
+            "prompt_string": "The capital of France is"}], "n_predict": 4, "temperature": 0}),
+        "completion_media": call(port, "/completion", {"prompt": {"prompt_string": "A <__media__>",
+                                                                  "multimodal_data": "iVBORw0KGgo="}}),
         "tokenize": call(port, "/tokenize", {"content": "Hello world, héllo <|im_start|>"}),
         "tokenize_pieces": call(port, "/tokenize", {"content": "Hello world, héllo", "with_pieces": True}),
         "detokenize": call(port, "/detokenize", {"tokens": [19556, 905, 28]}),
@@ -176,6 +183,18 @@ def test_completion_has_llama_servers_shape_and_greedy_text(both, name):
     for key in ("content", "stop", "stop_type", "stopping_word", "tokens_predicted", "tokens_evaluated",
                 "tokens_cached", "has_new_line"):
         assert ours[key] == theirs[key], key
+
+
+def test_a_prompt_object_is_read_as_llama_server_reads_it(both):
+    for side in ("theirs", "ours"):
+        status, whole = both[side]["completion_object"]
+        assert status == 200 and whole["content"] == both["theirs"]["completion"][1]["content"], side
+        status, listed = both[side]["completion_objects"]
+        assert status == 200 and [r["content"] for r in listed] == [listed[0]["content"]] * 2, side
+    assert [r["content"] for r in both["ours"]["completion_objects"][1]] == [
+        r["content"] for r in both["theirs"]["completion_objects"][1]]
+    (s1, theirs), (s2, ours) = both["theirs"]["completion_media"], both["ours"]["completion_media"]
+    assert s1 == s2 == 400 and ours["error"]["message"] == theirs["error"]["message"]
 
 
 def test_stop_word_is_named(both):

@@ -21,7 +21,7 @@ from ..errors import ERROR_RESPONSES, BadRequestError
 from ..registry import Served
 from ..shared import check_room, run
 from ..streaming import off_loop
-from .schemas import NativeCompletionRequest
+from .schemas import JsonPrompt, NativeCompletionRequest
 
 router = NATIVE.router()
 
@@ -29,8 +29,9 @@ router = NATIVE.router()
 @router.post("/completion", responses=ERROR_RESPONSES)
 async def completion(body: NativeCompletionRequest, request: Request,
                      served: Annotated[Served, Depends(served_model(NativeCompletionRequest))]) -> Any:
-    prompts = await off_loop(lambda: [prompt_tokens(served, p) for p in split_prompts(body.prompt)], request)
-    texts = [p if isinstance(p, str) else "" for p in split_prompts(body.prompt)]
+    given = [_unwrap(p, served) for p in split_prompts(body.prompt)]
+    prompts = await off_loop(lambda: [prompt_tokens(served, p) for p in given], request)
+    texts = [p if isinstance(p, str) else "" for p in given]
     return await run(request, served, body, prompts, texts)
 
 
@@ -45,12 +46,25 @@ def split_prompts(prompt: Any) -> list[Any]:
         return prompt
     if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt):
         return prompt
-    if isinstance(prompt, list) and any(isinstance(p, list) for p in prompt):
-        if not all(isinstance(p, (str, list)) for p in prompt):
+    if isinstance(prompt, list) and any(isinstance(p, (list, JsonPrompt)) for p in prompt):
+        if not all(isinstance(p, (str, list, JsonPrompt)) for p in prompt):
             raise BadRequestError('"prompt" elements must be a string, a list of tokens, a JSON object containing a '
                                   "prompt string, or a list of mixed strings & tokens.", param="prompt")
         return prompt
     return [prompt]
+
+
+def _unwrap(prompt: Any, served: Served) -> Any:
+    """A JsonPrompt's prompt_string (llama-server's prompt object); its multimodal_data is refused."""
+    if not isinstance(prompt, JsonPrompt):
+        return prompt
+    if prompt.multimodal_data is not None:
+        if served.llama.projector is None:  # llama-server's words
+            raise BadRequestError("Multimodal data provided, but model does not support multimodal requests.",
+                                  param="prompt.multimodal_data")
+        raise BadRequestError("multimodal_data is not read on /completion: send images through /v1/chat/completions",
+                              param="prompt.multimodal_data")
+    return prompt.prompt_string
 
 
 def prompt_tokens(served: Served, prompt: str | list[int | str]) -> list[int]:

@@ -17,6 +17,19 @@ from ..openai.schemas import LogitBias
 Prompt = str | list[int | str] | list[str | list[int | str]]
 
 
+class JsonPrompt(BaseModel):
+    """llama-server's prompt object: {"prompt_string": text or mixed ids, "multimodal_data": [base64, ...]}."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    prompt_string: str | list[int | str]
+    multimodal_data: str | list[str] | None = None  # one base64 string or several, as llama-server reads it
+
+
+# /completion's prompt: llama-server's forms, each of its prompts also as a JsonPrompt
+CompletionPrompt = str | list[int | str] | JsonPrompt | list[str | list[int | str] | JsonPrompt]
+
+
 class _Native(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
@@ -26,7 +39,8 @@ class _Native(BaseModel):
 class NativeCompletionRequest(_Native):
     """POST /completion (and /completions): llama-server's fields that llamaplug reads."""
 
-    prompt: Prompt = Field(description="text, token ids, text and ids mixed, or a list of those (one result each)")
+    prompt: CompletionPrompt = Field(description="text, token ids, text and ids mixed, a {prompt_string} object, or "
+                                     "a list of those (one result each)")
     n_predict: int | None = Field(None, ge=-1, description="tokens to generate; -1: until the end (default: -n)")
     max_completion_tokens: int | None = Field(None, ge=-1, le=0x7FFFFFFF, description="llama-server's other name "
                                               "of n_predict (n_predict wins over it)")
