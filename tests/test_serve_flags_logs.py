@@ -169,6 +169,13 @@ def post(port: int, path: str, body: dict, key: str | None = None) -> int:
         return resp.status
 
 
+def reply(port: int, path: str, body: dict) -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return json.loads(resp.read())
+
+
 def access_lines(lines: list[str], until: int, timeout: float = 10) -> list[str]:
     """The access log's lines, once there are `until` of them (they are written by a thread of their own)."""
     deadline = time.monotonic() + timeout
@@ -255,9 +262,12 @@ def json_server(smollm2_path):
 
 def test_json_lines_parse_as_json(json_server):
     assert json_server.health == 200
-    post(json_server.port, "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    # --verbose is also llama-server's debug default: each reply carries __verbose unless the request says not
+    asked = {"prompt": "Hi", "max_tokens": 2}
+    assert "__verbose" in reply(json_server.port, "/v1/completions", asked)
+    assert "__verbose" not in reply(json_server.port, "/v1/completions", {**asked, "verbose": False})
     deadline = time.monotonic() + 10
-    while not any('"llamaplug.server.access"' in line for line in json_server.lines) and time.monotonic() < deadline:
+    while sum('"llamaplug.server.access"' in line for line in json_server.lines) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     lines = stop(json_server)
     records = [json.loads(line) for line in lines]  # every line, llama.cpp's and uvicorn's too
@@ -266,7 +276,7 @@ def test_json_lines_parse_as_json(json_server):
     assert listening == [{**listening[0], "address": f"http://127.0.0.1:{json_server.port}", "auth": False}]
     assert "no API key" in listening[0]["message"]
     access = [r for r in records if r["logger"] == "llamaplug.server.access"]
-    assert len(access) == 1 and access[0]["method"] == "POST" and access[0]["path"] == "/v1/completions"
+    assert len(access) == 2 and access[0]["method"] == "POST" and access[0]["path"] == "/v1/completions"
     assert access[0]["status"] == 200 and access[0]["duration_ms"] > 0 and access[0]["client"] == "127.0.0.1"
     # --verbose: llama.cpp's own lines (the load's) come through, as JSON too
     assert sum(r["logger"] == "llamaplug.native" for r in records) > 20

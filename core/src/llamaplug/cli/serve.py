@@ -147,6 +147,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.responses_db or response_store.default_path(), args.responses_max_age,
         args.responses_max_mib * 2**20) if args.responses_store else None
     app.state.ui_mcp_proxy = args.ui_mcp_proxy
+    app.state.verbose = args.verbose  # llama-server's: every reply carries __verbose unless the request says not
     if args.ui_mcp_proxy:
         serve_log.log.warning("--ui-mcp-proxy: /cors-proxy forwards requests to any URL (experimental)")
     if args.tools:  # POST /tools exists only with the flag

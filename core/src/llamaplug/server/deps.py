@@ -55,6 +55,19 @@ def token_limit(request: Request, asked: int | None) -> int | None:
     return None if default < 0 else default
 
 
+class AsksVerbose(Protocol):
+    verbose: bool
+    model_fields_set: set[str]
+
+
+def verbose(request: Request, body: AsksVerbose) -> bool:
+    """Whether a reply carries llama-server's `__verbose`: the request's `verbose`, else the server's --verbose (as
+    llama-server, whose every request defaults to it then)."""
+    if "verbose" in body.model_fields_set:
+        return body.verbose
+    return bool(getattr(request.app.state, "verbose", False))
+
+
 def models(request: Request) -> ModelRegistry:
     """The app's served models."""
     registry: ModelRegistry = request.app.state.models

@@ -17,7 +17,7 @@ from ...high.completion import Completion, CompletionChunk, StopReason
 from ...high.engine import Job
 from ...high.events import agather, astream
 from ...high.jobs import collect, collect_many, completion_jobs
-from ..deps import served_model, token_limit
+from ..deps import served_model, token_limit, verbose
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES, BadRequestError
 from ..registry import Served
@@ -41,7 +41,7 @@ async def completions(body: CompletionRequest, request: Request,
     ident = f"cmpl-{uuid.uuid4().hex[:24]}"
     # llama-server's debug field: each result as /completion would write it
     settings = generation_settings(sampling, -1 if limit is None else limit, body.stop, body.stream) \
-        if body.verbose else None
+        if verbose(request, body) else None
     if body.stream:
         return sse(_events(served, jobs, ident, body.include_usage, settings))
     done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
