@@ -139,6 +139,13 @@ def test_pull_without_the_hub_fails_in_one_line(tmp_path):
     assert "MaxRetryError" not in done.stderr and "Connection refused" in done.stderr and "org/absent" in done.stderr
 
 
+def test_chat_takes_hf_as_run_and_serve_do(env, no_hub):
+    # Before: chat had no -hf, and argparse read it as -h with an argument ("ignored explicit argument 'f'").
+    done = cli("chat", "-hf", f"{REPO}:Q8_0", "-n", "2", "-c", "128", "-t", "1", env=env, stdin="Hi\n")
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
+    assert no_hub.requests == []  # cached: read without the Hub
+
+
 def test_pull_of_a_cached_model_without_the_hub_uses_the_cache_at_once(cache):
     # Before: the listing fell back on the cache, then hf_hub_download's HEAD of the file retried five times
     # (1+2+4+8+8 s) with a MaxRetryError warning each before it fell back too.

@@ -196,9 +196,11 @@ def parser() -> argparse.ArgumentParser:
                                       "the reply streams, the conversation is kept until /clear. Commands: /help. "
                                       "Reads stdin line by line when it is not a terminal.")
     chat.add_argument("model_arg", nargs="?", metavar="MODEL",
-                      help='a GGUF file or a Hugging Face repo "org/repo[:TAG]" (default: the first installed '
-                           "catalog model)")
+                      help='a GGUF file, a catalog name (`llamaplug list`) or a Hugging Face repo "org/repo[:TAG]" '
+                           "(default: the first installed catalog model)")
     chat.add_argument("-m", "--model", help="the same as MODEL")
+    chat.add_argument("-hf", "-hfr", "--hf-repo", dest="hf_repo", metavar="ORG/REPO[:TAG]",
+                      help="a Hugging Face model, as llama.cpp's -hf")
     chat.add_argument("--catalog", help="catalog model name (see `llamaplug info`)")
     chat.add_argument("--system", help="a system prompt")
     chat.add_argument("-n", "--n-predict", type=int, default=-1, help="the most tokens a reply has (-1: until the "
