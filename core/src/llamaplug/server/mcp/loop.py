@@ -2,12 +2,12 @@
 
 A request opts in with a tool of OpenAI's Responses shape, `{"type": "mcp", "server_label": NAME}` (optionally
 `allowed_tools: [TOOL, ...]`), in its `tools`: that server's tools are offered as functions (`<server>_<tool>`,
-as llama-server names them), beside the request's own. Each round is one /v1/chat/completions reply (the route
-itself, so every field and check is the same); when the model calls only MCP tools, the server runs them, adds
-the assistant's calls and their results to the messages and asks again. The request's tool_choice holds in every
-round (nothing it asked is changed); after --mcp-max-steps rounds of calls, or --mcp-timeout seconds, one last
-round has tool_choice "none", so the model answers with what it has. A call to one of the request's own
-functions ends the loop: that reply goes back as it is, for the client to run its tool.
+as llama-server names them), beside the request's own. Each round is one /v1/chat/completions reply (the route's
+own answer, openai/answer.py, so every field and check is the same); when the model calls only MCP tools, the
+server runs them, adds the assistant's calls and their results to the messages and asks again. The request's
+tool_choice holds in every round (nothing it asked is changed); after --mcp-max-steps rounds of calls, or
+--mcp-timeout seconds, one last round has tool_choice "none", so the model answers with what it has. A call to
+one of the request's own functions ends the loop: that reply goes back as it is, for the client to run its tool.
 
 The reply is the last round's, with `mcp_calls` (each call run: `id`, `name`, `server`, `tool`, `arguments`,
 `output`, `is_error`), the usage of every round summed, and `mcp_stopped` ("max_steps" or "timeout") when a bound
@@ -41,7 +41,7 @@ def asks_for_mcp(tools: list[Any] | None) -> bool:
 
 
 async def mcp_chat(body: Any, request: Request, served: Any, answer: Answer) -> Any:
-    """Answer the chat request `body` (a ChatRequest asking for MCP tools) through `answer`, the chat route."""
+    """Answer the chat request `body` (a ChatRequest asking for MCP tools) through `answer`, the chat route's."""
     configured: McpTools | None = getattr(request.app.state, "mcp", None)
     if configured is None:
         raise BadRequestError('a tool of type "mcp" needs MCP servers: serve --mcp-config FILE', param="tools")

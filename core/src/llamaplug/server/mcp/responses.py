@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import Request
 
 from ..api_error import BadRequestError
-from ..openai.chat import chat as chat_route
+from ..openai.answer import answer as chat_answer
 from ..responses.schemas import (
     InputTokensDetails,
     McpCallOut,
@@ -53,7 +53,7 @@ def mcp_tool(spec: McpToolSpec) -> dict[str, Any]:
 
 async def mcp_response(body: Any, chat: Any, request: Request, served: Any, reply: Any) -> Any:
     """The response to `body` (a ResponsesRequest asking for MCP tools), `chat` its chat request, `reply` its
-    routes._Reply (identity, items, keeping)."""
+    responses/translate.py's Reply (identity, items, keeping)."""
     configured = getattr(request.app.state, "mcp", None)
     if configured is None:
         raise BadRequestError('a tool of type "mcp" needs MCP servers: serve --mcp-config FILE', param="tools")
@@ -62,7 +62,7 @@ async def mcp_response(body: Any, chat: Any, request: Request, served: Any, repl
     asked = chat.model_copy(update={"parallel_tool_calls": body.parallel_tool_calls, "reasoning_effort": effort,
                                     "structured_engine": getattr(body, "structured_engine", None)})
     max_steps, timeout = getattr(request.app.state, "mcp_bounds", DEFAULT_BOUNDS)
-    loop = ChatLoop(asked, request, served, chat_route, configured, offered, functions, max_steps, timeout)
+    loop = ChatLoop(asked, request, served, chat_answer, configured, offered, functions, max_steps, timeout)
     items: list[Any] = []
     for tool in chat.tools:
         if isinstance(tool, dict) and tool.get("type") == "mcp":
