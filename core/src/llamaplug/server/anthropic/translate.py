@@ -1,23 +1,31 @@
 """Anthropic's Messages wire format and the chat path's: a request as the chat request an OpenAI client would send
-for it, and the reply (whole or streamed) as Anthropic's content blocks, stop reason and usage."""
+for it and its ChatCall, and the reply (whole or streamed) as Anthropic's content blocks, stop reason and usage."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
-from ...high.completion import CompletionTimings, StopReason
+from ...high.chat import ChatSpec, ChatStream
+from ...high.chat_call import ChatCall, ChatRun
+from ...high.completion import Completion, CompletionChunk, CompletionTimings, StopReason
 from ..errors import BadRequestError
 from ..openai.schemas import ChatRequest
+from ..registry import Served
 from .schemas import (
     ImageBlock,
+    MessageResponse,
     MessagesRequest,
     MessageUsage,
     RedactedThinkingBlock,
     TextBlock,
+    TextOut,
     ThinkingBlock,
+    ThinkingOut,
     ToolResultBlock,
     ToolUseBlock,
+    ToolUseOut,
 )
 
 
@@ -168,3 +176,57 @@ class ContentBlocks:
             if call.function is not None and call.function.arguments and self.open == ("tool", call.index):
                 out.append(self._delta({"type": "input_json_delta", "partial_json": call.function.arguments}))
         return out
+
+
+def chat_call(body: MessagesRequest, chat: ChatRequest, served: Served) -> ChatCall:
+    """The ChatCall of `body`, whose chat request is `chat` (as_chat_request)."""
+    llama = served.llama
+    one_call = getattr(body.tool_choice, "disable_parallel_tool_use", None)  # Anthropic's parallel_tool_calls
+    options = served.chat_options(enable_thinking=body.enable_thinking(),
+                                  reasoning_budget_tokens=body.thinking_budget(),
+                                  **({"parallel_tool_calls": False} if one_call else {}))
+    # an empty list is answered as llama-server does: a reply to the template's own prompt
+    return ChatCall(ChatSpec(chat.messages, tools=chat.tools, tool_choice=chat.tool_choice,
+                             response_format=chat.response_format, structured_engine=body.structured_engine,
+                             **options),
+                    chat.sampling(llama.params.seed, served.sampling), max_tokens=chat.max_tokens, stop=chat.stop,
+                    allow_empty=True, model=served.id)
+
+
+def message_response(served: Served, run: ChatRun, done: Completion, ident: str) -> MessageResponse:
+    """Anthropic's message for `run`'s finished reply `done`: thinking, text and tool_use blocks, the stop."""
+    chat_reply = run.reply(done).choices[0]
+    reason, sequence = stop_reason(chat_reply.finish_reason, done.stop_reason, done.stop_string)
+    reply = chat_reply.message
+    content: list[ThinkingOut | TextOut | ToolUseOut] = \
+        [ThinkingOut(thinking=reply.reasoning_content)] if reply.reasoning_content else []
+    content += [TextOut(text=reply.content)] if reply.content else []
+    content += [ToolUseOut(id=tool_id(c.id), name=c.function.name, input=tool_input(c.function.arguments))
+                for c in reply.tool_calls or []]
+    return MessageResponse(id=ident, model=served.id, content=content, stop_reason=reason, stop_sequence=sequence,
+                           usage=usage(done.timings))
+
+
+async def events(served: Served, run: ChatRun, ident: str) -> AsyncIterator[tuple[str, str]]:
+    """Anthropic's named events of `run`'s streamed reply (message_start ... message_stop)."""
+    start = MessageResponse(id=ident, model=served.id, content=[], stop_reason=None, stop_sequence=None,
+                            usage=MessageUsage(input_tokens=run.job.n_prompt, output_tokens=0))
+    yield sse_event({"type": "message_start", "message": start.model_dump()})
+    yield sse_event({"type": "ping"})
+    stream = ChatStream(served.id, run.plan)
+    blocks = ContentBlocks()
+    last: CompletionChunk | None = None
+    finish: str | None = None
+    async for piece in run.achunks():
+        last = piece
+        for out in stream.feed(piece):
+            finish = out.choices[0].finish_reason or finish
+            for event in blocks.feed(out.choices[0].delta):
+                yield event
+    for event in blocks.close():
+        yield event
+    assert last is not None and last.timings is not None  # achunks ends with the final chunk
+    reason, sequence = stop_reason(finish, last.stop_reason, last.stop_string)
+    yield sse_event({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                  "usage": usage(last.timings).model_dump()})
+    yield sse_event({"type": "message_stop"})
