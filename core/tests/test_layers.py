@@ -392,3 +392,36 @@ def test_a_planted_route_import_is_found(graph):
     planted["llamaplug.server.openai.chat"].add("llamaplug.server.anthropic.messages")
     assert routes_importing_routes(planted, route_modules()) == [
         "llamaplug.server.openai.chat imports llamaplug.server.anthropic.messages"]
+
+
+def routes_reaching_routes(graph: dict[str, set[str]], routes: set[str]) -> list[str]:
+    """Route modules that reach another through modules that are no route (a helper that imports a route)."""
+    found = []
+    for start in sorted(routes):
+        seen, todo, hit = {start}, [t for t in graph.get(start, ()) if t not in routes], set()
+        while todo:
+            m = todo.pop()
+            if m in seen:
+                continue
+            seen.add(m)
+            for t in graph.get(m, ()):
+                if t in routes and t != start:
+                    hit.add(t)
+                elif t not in routes:
+                    todo.append(t)
+        found += [f"{start} reaches {t}" for t in sorted(hit)]
+    return found
+
+
+def test_no_route_module_reaches_another_through_a_helper(graph):
+    """Issue 44 part 3: /v1/responses' MCP path (server/mcp/responses.py) imported the chat route for its rounds;
+    they go through openai/answer.py now, which no route module has to be imported for."""
+    bad = routes_reaching_routes(graph, route_modules())
+    assert not bad, "a route module reaches another through a helper:\n" + "\n".join(bad)
+
+
+def test_a_planted_route_reach_is_found(graph):
+    planted = {k: set(v) for k, v in graph.items()}
+    planted["llamaplug.server.mcp.loop"].add("llamaplug.server.openai.chat")
+    assert "llamaplug.server.responses.routes reaches llamaplug.server.openai.chat" in routes_reaching_routes(
+        planted, route_modules())
