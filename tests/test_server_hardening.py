@@ -320,6 +320,14 @@ def test_cors_proxy_is_llama_servers(theirs, ours, smollm2_path):
             for bad in ("file:///etc/passwd", "http://user:pw@127.0.0.1/", "nohost"):
                 status, _, error = call(port, "GET", f"/cors-proxy?url={bad}", None, {"Authorization": "Bearer k"})
                 assert status == 400 and "target URL" in error["error"]["message"], error
+            import socket
+
+            with socket.socket() as free:  # a port nothing listens on: the proxy's 502 (api_error.BadGatewayError)
+                free.bind(("127.0.0.1", 0))
+                closed = free.getsockname()[1]
+            status, _, error = call(port, "GET", f"/cors-proxy?url=http://127.0.0.1:{closed}/", None,
+                                    {"Authorization": "Bearer k"})
+            assert status == 502 and "could not reach" in error["error"]["message"], error
             assert call(port, "GET", url)[0] == 401  # the key is still asked for
     finally:
         target.shutdown()

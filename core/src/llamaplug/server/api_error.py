@@ -89,6 +89,10 @@ class ModelLoadError(ServerFaultError):
     """A model failed to load."""
 
 
+class BadGatewayError(TypedApiError):
+    """A server this one asks for the client (the MCP CORS proxy's target) could not be reached."""
+
+
 class NotSupportedError(TypedApiError):
     """An endpoint this server was started without (llama-server's 501)."""
 
@@ -131,6 +135,7 @@ STATUS_BY_CLASS: dict[type[Exception], tuple[int, str | None, str | None]] = {
     ServerFaultError: (500, "server_error", None),
     ModelLoadError: (500, "server_error", "model_load_failed"),
     NotSupportedError: (501, "not_supported_error", None),
+    BadGatewayError: (502, "server_error", "bad_gateway"),
     UnavailableError: (503, "server_error", None),
     ModelNotLoadedError: (503, "server_error", "model_not_loaded"),
     QueueFullError: (503, "server_error", "queue_full"),

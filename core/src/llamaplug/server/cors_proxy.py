@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from .api_error import ApiError, BadRequestError, ForbiddenError
+from .api_error import BadGatewayError, BadRequestError, ForbiddenError
 from .dialects import NATIVE
 
 router = NATIVE.router()
@@ -49,8 +49,7 @@ async def cors_proxy(request: Request) -> Response:
     except urllib.error.HTTPError as exc:  # a 4xx or 5xx of the target's: passed on as it is
         answer = exc
     except (OSError, ValueError) as exc:
-        raise ApiError(502, f"the proxy could not reach {target!r}: {exc}", "server_error", param="url",
-                       code="bad_gateway") from None
+        raise BadGatewayError(f"the proxy could not reach {target!r}: {exc}", param="url") from None
     passed = {k: v for k, v in answer.headers.items()
               if k.lower() not in _DROPPED and not k.lower().startswith("access-control-")
               and k.lower() != "content-type"}
