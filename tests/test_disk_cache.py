@@ -302,7 +302,7 @@ def test_a_sliding_window_model_hits_after_a_restart(gemma_path, tmp_path):
     question left (written after the prefill and again at the close) lacked the window the next question's prompt
     needs after the shared system prompt, and the restarted Llama read it all again (0 cached tokens, a disk hit
     counted). A disk tier turns swa_full on (high/llama.py)."""
-    system = SYSTEM * 5  # ~750 tokens: past the window
+    system = SYSTEM * 5  # ~850 tokens: past the window
 
     def gemma() -> lp.Llama:
         return lp.Llama.load(lp.LlamaParams(gemma_path, n_ctx=1024, n_threads=THREADS, cache_dir=tmp_path,
@@ -321,3 +321,25 @@ def test_a_sliding_window_model_hits_after_a_restart(gemma_path, tmp_path):
         assert ("disk", out.timings.cached_tokens) in llm.engine.slots_cache()
     finally:
         llm.close()
+
+
+def test_cache_exact_replies_as_a_cold_read(smollm2_path, tmp_path):
+    """cache_exact: the prefix loaded after a restart ends on a multiple of n_ubatch, so the prompt's rest is read
+    in the ubatches a cold read uses and the reply is the cold read's to the last bit of its logprobs (without it,
+    the rest read as one ubatch from the shared prefix's end rounds otherwise on the CPU: bench/disk_cache_split.py).
+    """
+    def run(cache_dir, prompt):
+        llm = lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=N_CTX, n_threads=THREADS, n_ubatch=64,
+                                           cache_dir=cache_dir, cache_ram_mib=0, cache_exact=True))
+        try:
+            out = llm.create_completion(SYSTEM + prompt, max_tokens=8, logprobs=2)
+            return out.timings.cached_tokens, out.tokens, repr(out.logprobs), llm.engine.slots_cache()
+        finally:
+            llm.close()
+
+    cold = run(None, QUESTIONS[1])
+    assert cold[0] == 0
+    run(tmp_path, QUESTIONS[0])
+    warm = run(tmp_path, QUESTIONS[1])
+    assert warm[0] > 64 and warm[0] % 64 == 0 and ("disk", warm[0]) in warm[3]
+    assert warm[1:3] == cold[1:3]

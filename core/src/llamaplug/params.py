@@ -419,6 +419,10 @@ class LlamaParams(ModelParams, ContextParams):
     cache_disk_mib: int = Field(4096, ge=0, le=1 << 30,
                                 description="the most MiB of cache files in cache_dir (least recently used go "
                                             "first); 0 = no disk tier")
+    cache_exact: bool = Field(False, description="reuse a cached prefix (slot, RAM, disk) only up to a multiple of "
+                                                 "n_ubatch, so that a greedy reply is the one a cold read gives, bit "
+                                                 "for bit: on the CPU a prompt split elsewhere rounds otherwise. Up "
+                                                 "to n_ubatch - 1 more tokens are read: pair it with a small n_ubatch")
     structured_engine: StructuredEngine = Field(
         "gbnf", description='what turns a JSON schema or grammar into a constraint (high/structured.py): "gbnf" '
                             "llama.cpp's converter and grammar sampler (as llama-server), \"llguidance\" the "

@@ -59,18 +59,19 @@ log = logging.getLogger("llamaplug.engine")
 class Engine:
     """Runs the jobs given to `submit` on `context`, n_seq_max of them at a time.
 
-    `cache_bytes` of host memory keep the KV of sequences that left their slot (prefix_store.py).
+    `cache_bytes` of host memory keep the KV of sequences that left their slot (prefix_store.py). A reused
+    prefix is cut to a multiple of `align` (LlamaParams.cache_exact: n_ubatch).
     """
 
     def __init__(self, context: LlamaContext, cache_bytes: int = 0, drafter: Drafter | None = None,
-                 policy: AdmissionPolicy = FIFO, disk: DiskStore | None = None):
+                 policy: AdmissionPolicy = FIFO, disk: DiskStore | None = None, align: int = 1):
         self._ctx = context
         self._drafter = drafter
         # A sliding-window cache forgets cells behind the window: a prefix is reusable only while the
         # window before its end is still there (llama-server's check).
         n_swa = 0 if context.params.swa_full else context.model.n_swa
         logprobs = LogprobReader(context)
-        self._slots = [Slot(i, context, logprobs, n_swa) for i in range(context.n_seq_max)]
+        self._slots = [Slot(i, context, logprobs, n_swa, align) for i in range(context.n_seq_max)]
         self._n_ctx_seq = context.n_ctx_seq
         self._policy = policy
         self._budget = Budget(context.n_batch, context.n_outputs_max, drafter.draft_max if drafter else 0)

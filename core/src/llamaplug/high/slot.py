@@ -46,7 +46,7 @@ class Output(NamedTuple):  # (a tuple: one is made per generated token)
 class Slot:
     """Sequence `seq` of `context`: the tokens in its KV cache (positions 0..n-1) and the job running on it."""
 
-    def __init__(self, seq: int, context: LlamaContext, logprobs: LogprobReader, n_swa: int = 0):
+    def __init__(self, seq: int, context: LlamaContext, logprobs: LogprobReader, n_swa: int = 0, align: int = 1):
         self.seq = seq
         self.tokens: list[int] = []
         self.job: Job | None = None
@@ -60,6 +60,9 @@ class Slot:
         self._ctx = context
         self._logprobs = logprobs
         self._n_swa = n_swa  # a sliding window's size: a prefix is reusable while the window before its end is kept
+        # A reused prefix ends on a multiple of this (n_ubatch: the prompt's rest is then read in the ubatches a
+        # cold read uses, so llama.cpp rounds it the same way; 1: anywhere)
+        self._align = align
         self._n_ctx_seq = context.n_ctx_seq
         self._store: PrefixStore | None = None
 
@@ -68,10 +71,12 @@ class Slot:
         """Give the slot to `job`; the prompt tokens found in the cache (not decoded again)."""
         # The last prompt token is decoded again for its logits; a prompt with media is evaluated whole.
         keep = 0 if job.media is not None else min(common_prefix(self.tokens, job.prompt), len(job.prompt) - 1)
+        keep -= keep % self._align
         hit: tuple[tuple[int, ...], bytes, int] | None = None  # a stored sequence sharing more than the slot
         if store is not None and job.media is None:
             key, n = store.best(job.prompt)
             n = min(n, len(job.prompt) - 1)
+            n -= n % self._align
             data = store.get(key) if n > keep else None
             if data is not None:  # taken before the stash: its put may evict `key` (LRU, past the limit)
                 hit = key, data, n
