@@ -266,8 +266,11 @@ def test_json_lines_parse_as_json(json_server):
     asked = {"prompt": "Hi", "max_tokens": 2}
     assert "__verbose" in reply(json_server.port, "/v1/completions", asked)
     assert "__verbose" not in reply(json_server.port, "/v1/completions", {**asked, "verbose": False})
+    chat = reply(json_server.port, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                            "max_tokens": 2})
+    assert chat["__verbose"]["prompt"].endswith("<|im_start|>assistant\n")  # the prompt as rendered
     deadline = time.monotonic() + 10
-    while sum('"llamaplug.server.access"' in line for line in json_server.lines) < 2 and time.monotonic() < deadline:
+    while sum('"llamaplug.server.access"' in line for line in json_server.lines) < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
     lines = stop(json_server)
     records = [json.loads(line) for line in lines]  # every line, llama.cpp's and uvicorn's too
@@ -276,7 +279,7 @@ def test_json_lines_parse_as_json(json_server):
     assert listening == [{**listening[0], "address": f"http://127.0.0.1:{json_server.port}", "auth": False}]
     assert "no API key" in listening[0]["message"]
     access = [r for r in records if r["logger"] == "llamaplug.server.access"]
-    assert len(access) == 2 and access[0]["method"] == "POST" and access[0]["path"] == "/v1/completions"
+    assert len(access) == 3 and access[0]["method"] == "POST" and access[0]["path"] == "/v1/completions"
     assert access[0]["status"] == 200 and access[0]["duration_ms"] > 0 and access[0]["client"] == "127.0.0.1"
     # --verbose: llama.cpp's own lines (the load's) come through, as JSON too
     assert sum(r["logger"] == "llamaplug.native" for r in records) > 20

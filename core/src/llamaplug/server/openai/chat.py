@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from ..deps import served_model
+from ..deps import served_model, verbose
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES
 from ..mcp.loop import asks_for_mcp, mcp_chat
@@ -29,6 +29,8 @@ async def chat(body: ChatRequest, request: Request,
                served: Annotated[Served, Depends(served_model(ChatRequest))]) -> Any:
     if asks_for_mcp(body.tools):  # each round of its loop is answered as a request without MCP tools
         return await mcp_chat(body, request, served, answer)
+    if verbose(request, body):  # the request's, else serve --verbose (llama-server's debug default)
+        body = body.model_copy(update={"verbose": True})
     return await answer(body, request, served)
 
 
