@@ -20,7 +20,8 @@ from llamaplug_testing import llama_server, llamaplug_server
 import llamaplug as lp
 from llamaplug import cli
 from llamaplug.errors import InvalidParameterError
-from llamaplug.high.ngram_mod import MAX_ENTRIES, NgramModDrafter
+from llamaplug.high.ngram_mod import MAX_ENTRIES, PIN, REGIMES, NgramModDrafter, NgramSetting, choose
+from llamaplug.high.row_cost import RowCost
 from llamaplug.high.speculative import DraftRequest
 
 SLOTS = 2
@@ -154,8 +155,93 @@ def test_the_drafters_table_stays_under_16_mib():
     assert peak < 16 << 20, peak
 
 
+# llama_decode of n tokens (logits on every row) over one token, measured on a 2-core x86 VM (docs/benchmarks.md,
+# "Drafting on by default"): a row of SmolLM2 Q4_1 costs 0.5-0.8 of a decode, one of Gemma-3 Q4_K_M about 0.25.
+SMOLLM2_CURVE = {1: 1.0, 2: 1.71, 4: 3.13, 8: 6.31, 16: 13.4, 32: 20.9, 64: 33.1}
+GEMMA_CURVE = {1: 1.0, 2: 1.32, 4: 1.69, 8: 2.74, 16: 5.68, 32: 8.54, 64: 18.6}
+
+
+def _priced(curve: dict[int, float], rows: int) -> float:
+    sizes = sorted(curve)
+    a, b = next((a, b) for a, b in zip(sizes, sizes[1:]) if rows <= b)
+    return (curve[a] + (curve[b] - curve[a]) * (rows - a) / (b - a)) * 0.01
+
+
+def _setting(d: NgramModDrafter) -> NgramSetting:
+    return NgramSetting(d.n, d.n_min, d.n_max)
+
+
+def test_auto_chooses_its_ngram_setting_from_the_measured_cost_of_a_row():
+    """Pure logic: the choice follows RowCost's measure of the runner's timings (bench/drafting_replay.py replays
+    the bench's chats to rank the settings: docs/benchmarks.md)."""
+    assert REGIMES[choose(None)][1] == PIN  # not measured yet: the pin's
+    assert [REGIMES[choose(r)][1] for r in (0.02, 0.25, 0.55, 1.1)] == [
+        NgramSetting(12, 24, 64), NgramSetting(12, 24, 32), PIN, PIN]
+    assert choose(0.42, current=1) == 1 and choose(0.47, current=1) == 2  # noisy timings near a bound keep it
+    assert choose(0.37, current=2) == 2 and choose(0.33, current=2) == 1
+
+    # One slot: decodes of 1 row, verifies of 1 + k rows priced by a curve; a few slow decodes (a busy machine).
+    for curve, want in ((GEMMA_CURVE, NgramSetting(12, 24, 32)), (SMOLLM2_CURVE, PIN)):
+        d = NgramModDrafter(None, None, None, adaptive=True)
+        assert _setting(d) == PIN and d.draft_max == 64
+        for step in range(60):
+            guesses = (0, 0, 0, 48, 0, 20, 0, 33)[step % 8]
+            d.decoded(1, guesses, _priced(curve, 1 + guesses) * (5 if step % 13 == 0 else 1))
+            d.draft([DraftRequest(0, [1, 2, 3] * 20, 1, 64, "job")])
+        assert d.cost is not None and d.cost.ratio is not None
+        assert _setting(d) == want, (d.cost.ratio, curve)
+    # Four slots: a row is priced against a token's share of the four-slot step.
+    cost = RowCost()
+    for _ in range(20):
+        cost.add(4, 0, 0.02)
+        cost.add(4, 10, 0.02 + 10 * 0.25 * 0.005)
+    assert cost.ratio == pytest.approx(0.25)
+
+    # Given settings win: ngram-mod never moves, and "auto" keeps what was given and chooses the rest.
+    given = {"ngram-mod": (NgramModDrafter(None, None, None), PIN),
+             "auto, n_match 16": (NgramModDrafter(16, None, None, adaptive=True), NgramSetting(16, 24, 32)),
+             "auto, n_max 20": (NgramModDrafter(None, None, 20, adaptive=True), NgramSetting(12, 20, 20)),
+             "auto, all three": (NgramModDrafter(24, 48, 64, adaptive=True), PIN)}
+    for name, (d, want) in given.items():
+        for _ in range(10):
+            d.decoded(1, 0, 0.01)
+            d.decoded(1, 32, 0.01 * (1 + 32 * 0.2))
+            d.draft([DraftRequest(0, [1, 2, 3] * 20, 1, 64, "job")])
+        assert _setting(d) == want, name
+        assert (d.cost is None) == (name in ("ngram-mod", "auto, all three")), name
+
+
+def test_auto_drafts_the_copy_after_changing_its_ngram_length():
+    """The table's n-grams are rebuilt at the new length: a sequence drafted before the change drafts after it."""
+    d = NgramModDrafter(None, None, None, adaptive=True)
+    text = list(range(100, 180))
+    history = text + text[:30]
+    before = d.draft([DraftRequest(0, history, text[30], 64, "job")])[0]
+    assert (d.n, d.n_max) == (24, 64) and before[:49] == text[31:80] and len(before) == 64
+    for _ in range(8):
+        d.decoded(1, 0, 0.01)
+        d.decoded(1, 49, 0.01 * (1 + 49 * 0.25))
+    # A new request on the sequence (its cap starts at n_max): its history's n-grams go in at length 12.
+    after = d.draft([DraftRequest(0, history + [text[30]], text[31], 64, "job 2")])[0]
+    assert (d.n, d.n_max) == (12, 32) and after == text[32:64]
+
+
+def test_the_engine_times_its_steps_for_the_choice(pair):
+    """The runner hands the drafter its generation-only decodes; the setting in use is the one the measure picks."""
+    _, auto = pair
+    drafter = auto.engine.drafter
+    assert isinstance(drafter, NgramModDrafter) and drafter.cost is not None
+    for _ in range(3):  # the module's tests before this one have usually measured it already
+        if drafter.cost.ratio is not None:
+            break
+        _drafted(auto, lambda llama: llama.create_completions([REPEATING, FREE], max_tokens=48))
+    assert drafter.cost.ratio is not None and drafter.cost.ratio > 0
+    assert _setting(drafter) == REGIMES[drafter.regime][1] and drafter.regime == choose(drafter.cost.ratio,
+                                                                                         drafter.regime)
+
+
 @pytest.mark.parametrize(("argv", "want"), [
-    ([], {"speculative": "auto", "draft_model_path": None}),
+    ([], {"speculative": "auto", "draft_model_path": None, "ngram_mod_n_match": None, "ngram_mod_n_max": None}),
     (["--spec-type", "none"], {"speculative": "none"}),
     (["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "16"], {"speculative": "ngram-mod",
                                                                      "ngram_mod_n_match": 16}),

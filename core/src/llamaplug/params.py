@@ -442,12 +442,15 @@ class LlamaParams(ModelParams, ContextParams):
     draft_p_min: float = Field(0.0, ge=0.0, le=1.0, description="a draft model stops drafting at a token whose "
                                                                 "probability (among its top 10) is below this")
     ngram_size: int = Field(12, ge=1, le=1024, description='speculative="ngram-simple": tokens looked up')
-    ngram_mod_n_match: int = Field(24, ge=1, le=1024, description='"ngram-mod" and "auto": the tokens an n-gram '
-                                                                  "has (llama-server's --spec-ngram-mod-n-match)")
-    ngram_mod_n_min: int = Field(48, ge=0, le=1024, description='"ngram-mod" and "auto": shorter drafts are dropped'
-                                                                " (--spec-ngram-mod-n-min)")
-    ngram_mod_n_max: int = Field(64, ge=1, le=1024, description='"ngram-mod" and "auto": the most tokens drafted '
-                                                                "per step (--spec-ngram-mod-n-max)")
+    # None: "ngram-mod" takes the pin's (24, 48, 64); "auto" chooses from what a drafted row costs, measured from
+    # the engine's decodes (high/ngram_mod.py's REGIMES), the pin's until it is measured.
+    ngram_mod_n_match: int | None = Field(None, ge=1, le=1024, description='"ngram-mod" and "auto": the tokens an '
+                                          "n-gram has (llama-server's --spec-ngram-mod-n-match; None: 24, or "
+                                          "\"auto\"'s choice)")
+    ngram_mod_n_min: int | None = Field(None, ge=0, le=1024, description='"ngram-mod" and "auto": shorter drafts '
+                                        'are dropped (--spec-ngram-mod-n-min; None: 48, or "auto"\'s choice)')
+    ngram_mod_n_max: int | None = Field(None, ge=1, le=1024, description='"ngram-mod" and "auto": the most tokens '
+                                        'drafted per step (--spec-ngram-mod-n-max; None: 64, or "auto"\'s choice)')
 
     @model_validator(mode="after")
     def _one_drafter(self) -> LlamaParams:
@@ -461,7 +464,7 @@ class LlamaParams(ModelParams, ContextParams):
         if self.draft_model_path is not None:
             return self.draft_max
         if self.speculative in ("auto", "ngram-mod"):
-            return self.ngram_mod_n_max
+            return self.ngram_mod_n_max or 64
         if self.speculative in ("ngram", "ngram-simple"):
             return self.draft_max
         return 0

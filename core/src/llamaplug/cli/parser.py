@@ -99,12 +99,15 @@ def _add_draft_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a draft model stops drafting below this probability (default 0)")
     parser.add_argument("--spec-ngram-simple-size-n", dest="ngram_size", type=int, default=12, metavar="N",
                         help="ngram-simple: tokens looked up (default 12)")
-    parser.add_argument("--spec-ngram-mod-n-match", dest="ngram_mod_n_match", type=int, default=24, metavar="N",
-                        help="auto, ngram-mod: the tokens an n-gram has (default 24)")
-    parser.add_argument("--spec-ngram-mod-n-min", dest="ngram_mod_n_min", type=int, default=48, metavar="N",
-                        help="auto, ngram-mod: shorter drafts are dropped (default 48)")
-    parser.add_argument("--spec-ngram-mod-n-max", dest="ngram_mod_n_max", type=int, default=64, metavar="N",
-                        help="auto, ngram-mod: the most tokens drafted per step (default 64)")
+    # Not given: ngram-mod takes llama-server's defaults, auto chooses from the measured cost of a drafted row.
+    parser.add_argument("--spec-ngram-mod-n-match", dest="ngram_mod_n_match", type=int, default=None, metavar="N",
+                        help="auto, ngram-mod: the tokens an n-gram has (default 24; auto: 12 or 24 by the measured "
+                             "cost of a drafted row)")
+    parser.add_argument("--spec-ngram-mod-n-min", dest="ngram_mod_n_min", type=int, default=None, metavar="N",
+                        help="auto, ngram-mod: shorter drafts are dropped (default 48; auto: 24 or 48, as n-match)")
+    parser.add_argument("--spec-ngram-mod-n-max", dest="ngram_mod_n_max", type=int, default=None, metavar="N",
+                        help="auto, ngram-mod: the most tokens drafted per step (default 64; auto: 32 or 64, as "
+                             "n-match)")
 
 
 def _positive(text: str) -> int:

@@ -8,7 +8,8 @@
 3. asks the drafter for the guesses the plan has room for (speculative.py's `ask`);
 4. builds the batch: each generating slot's next token and its guesses, then the prompt
    chunks (logits only where a prompt ends);
-5. decodes it, once (a cancel aborts it between graph nodes; what it wrote is cut);
+5. decodes it, once (a cancel aborts it between graph nodes; what it wrote is cut), timed for the
+   drafter when the batch holds no prompt chunk (what a drafted row costs);
 6. hands each slot its rows: `Slot.consumed`, then the output step (output.py) samples the
    slot's next token and turns it into events, or `speculative.verify` for a slot with
    guesses (the cache is cut after the accepted ones).
@@ -20,6 +21,7 @@ was made, is passed over. The engine's edits of its context go through `own` (th
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 
 from ..blocks.batch import LlamaBatch
@@ -46,6 +48,7 @@ class Runner:
         self._drafter = drafter
         self._own = own
         self._batch = LlamaBatch(context.n_batch, 1)
+        self._generating = (0, 0)  # the built batch's (slots, guesses) when it holds no prompt chunk, else (0, 0)
 
     def run(self, plan: StepPlan) -> None:
         emitter = self._emitter
@@ -65,7 +68,9 @@ class Runner:
             return  # Llama.cancel came after the plan, before the abort flag was cleared: next step
         try:
             with self._own():
+                start = time.perf_counter()
                 ctx.decode(self._batch)
+                seconds = time.perf_counter() - start
         except DecodeError as exc:
             if exc.code != _ABORTED:
                 self.fail(rows, exc)
@@ -80,6 +85,8 @@ class Runner:
             self.fail(rows, exc)
             return
         self._stats.decode_steps += 1
+        if self._drafter is not None and self._generating[0]:
+            self._drafter.decoded(*self._generating, seconds)
         end = 0  # one past the slot's last token in the batch: its logits row when its prompt is read
         for slot, n in rows:
             end += n
@@ -102,6 +109,7 @@ class Runner:
             for i, token in enumerate(slot.draft):
                 batch.add(token, len(slot.tokens) + 1 + i, slot.seq, True)
             rows.append((slot, 1 + len(slot.draft)))
+        self._generating = (len(rows), batch.n_tokens - len(rows))
         for chunk in plan.prefill:
             slot = chunk.slot
             if slot.job is not chunk.job or not slot.todo:  # its admission failed, or it ended
@@ -111,6 +119,7 @@ class Runner:
             if len(take) < len(slot.todo):
                 batch.logits[batch.n_tokens - 1] = 0  # logits only where the prompt ends
             rows.append((slot, len(take)))
+            self._generating = (0, 0)
         return rows
 
     def _eval_media(self, slot: Slot) -> None:

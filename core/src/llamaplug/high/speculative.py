@@ -64,6 +64,11 @@ class Drafter(Protocol):
         """Up to `n_max` guessed tokens after each request's `last` (an empty list: no guess)."""
         ...
 
+    def decoded(self, slots: int, guesses: int, seconds: float) -> None:
+        """The runner's timing of a step that decoded `slots` sequences' next tokens and `guesses` drafted rows,
+        and nothing else (what a drafted row costs here: "auto" chooses its setting from it)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -116,6 +121,9 @@ class NgramDrafter:
 
     def draft(self, requests: list[DraftRequest]) -> list[list[int]]:
         return [ngram_draft(r.history, r.last, self.n, self.m)[:r.n_max] for r in requests]
+
+    def decoded(self, slots: int, guesses: int, seconds: float) -> None:
+        pass
 
     def close(self) -> None:
         pass
@@ -227,6 +235,9 @@ class ModelDrafter:
                 start += len(take)
         if batch.n_tokens:
             ctx.decode(batch)
+
+    def decoded(self, slots: int, guesses: int, seconds: float) -> None:
+        pass
 
     def close(self) -> None:
         self._ctx.model.close()
