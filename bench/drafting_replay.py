@@ -13,7 +13,10 @@ llama_decode cost per batch size (issue 45).
    for all, as one server): a step decodes the slot's next token and its draft, keeps the guesses the recorded
    reply continues with, and costs decode(1 + draft) / decode(1). Prints, per setting and chat set, the modelled
    generation speed-up over no drafting (prefill excluded, so the bench's ratios are lower), steps, tokens drafted
-   and accepted.
+   and accepted. "auto chosen" is what `serve` runs: no n-gram setting given, the drafter picks one from the
+   cost of a drafted row that it measures from the step timings the replay hands it (the priced decodes), as the
+   engine's runner does with its real ones (high/row_cost.py, high/ngram_mod.py's REGIMES).
+   `--linear 0.05,0.25` replays again on made-up curves, decode(n) = decode(1) * (1 + r (n - 1)), one per r.
 
 A drafter setting only moves what this prints; where a verify row costs about half a single decode (SmolLM2's Q4_1
 on x86 has no GEMM kernel), even every token accepted in 64-token drafts gives under 2x.
@@ -35,8 +38,10 @@ serving = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(serving)  # type: ignore[union-attr]
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
-SETTINGS = [("auto", 24, 48), ("ngram-mod", 24, 48), ("auto", 16, 32), ("ngram-mod", 16, 32), ("auto", 12, 24),
-            ("auto", 8, 16)]
+# (kind, n_match, n_min, n_max); None: "auto"'s choice (n_max None: --n-max, the most any setting drafts)
+SETTINGS = [("auto", None, None, None), ("auto", 24, 48, None), ("ngram-mod", 24, 48, None), ("auto", 16, 32, None),
+            ("ngram-mod", 16, 32, None), ("auto", 12, 24, None), ("auto", 8, 16, None), ("auto", 12, 24, 32),
+            ("auto", 8, 16, 32)]
 
 
 def record(model: Path, max_tokens: int, threads: int) -> dict:
@@ -87,12 +92,13 @@ def price(curve: dict[int, float], n: int) -> float:
     return curve[sizes[-1]] * n / sizes[-1] / curve[sizes[0]]
 
 
-def replay(chats: list[dict], curve: dict[int, float], kind: str, n_match: int, n_min: int, n_max: int,
-           max_tokens: int) -> dict[str, list[float]]:
+def replay(chats: list[dict], curve: dict[int, float], kind: str, n_match: int | None, n_min: int | None,
+           n_max: int | None, max_tokens: int) -> dict[str, list[float]]:
     from llamaplug.high.ngram_mod import NgramModDrafter
     from llamaplug.high.speculative import DraftRequest
 
     drafter = NgramModDrafter(n_match, n_min, n_max, adaptive=kind == "auto")
+    n_max = drafter.draft_max
     out: dict[str, list[float]] = {}
     for chat in chats:
         job, prompt, reply = object(), chat["prompt"], chat["reply"]
@@ -106,8 +112,10 @@ def replay(chats: list[dict], curve: dict[int, float], kind: str, n_match: int, 
                 if guess != truth:
                     break
                 kept += 1
+            cost = price(curve, 1 + len(draft))
+            drafter.decoded(1, len(draft), cost * curve[min(curve)])  # the runner's timing of this step
             tally[0] += 1 + kept
-            tally[1] += price(curve, 1 + len(draft))
+            tally[1] += cost
             tally[2] += 1
             tally[3] += len(draft)
             tally[4] += kept
@@ -122,24 +130,33 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=serving.THREADS)
     ap.add_argument("--n-max", type=int, default=64)
     ap.add_argument("--recorded", metavar="FILE", help="replay this earlier record (this script's JSON) instead")
+    ap.add_argument("--linear", metavar="R,...", help="also replay on made-up curves: a row costs R of a decode")
     args = ap.parse_args()
     if args.recorded:
         data = json.loads(Path(args.recorded).read_text(encoding="utf-8"))
         data["curve"] = {int(k): v for k, v in data["curve"].items()}
     else:
         data = record(serving.model_path(args.model), args.max_tokens, args.threads)
-    results = {}
-    for kind, n_match, n_min in SETTINGS:
-        got = replay(data["chats"], data["curve"], kind, n_match, n_min, args.n_max, args.max_tokens)
-        key = f"{kind} n_match={n_match} n_min={n_min}"
-        results[key] = {s: {"speedup": t[0] / t[1], "steps": t[2], "drafted": t[3], "accepted": t[4], "tokens": t[0]}
-                        for s, t in got.items()}
-        print(f"{key:30} " + "  ".join(f"{s}: {v['speedup']:.2f}x ({v['steps']} steps, {v['accepted']}/"
-                                         f"{v['drafted']} accepted)" for s, v in results[key].items()), flush=True)
+    curves = {"measured": data["curve"]}
+    for r in (float(x) for x in args.linear.split(",")) if args.linear else ():
+        curves[f"linear {r}"] = {n: 1 + r * (n - 1) for n in SIZES}
+    results: dict[str, dict] = {}
+    for name, curve in curves.items():
+        print(f"-- {name} curve: a row costs {(price(curve, 33) - 1) / 32:.2f} of a decode at 33 rows, "
+              f"{(price(curve, 65) - 1) / 64:.2f} at 65", flush=True)
+        for kind, n_match, n_min, n_max in SETTINGS:
+            limit = None if n_match is None else n_max or args.n_max
+            got = replay(data["chats"], curve, kind, n_match, n_min, limit, args.max_tokens)
+            key = f"{kind} chosen" if n_match is None else f"{kind} {n_match}/{n_min}/{limit}"
+            mine = results.setdefault(name, {})[key] = {
+                s: {"speedup": t[0] / t[1], "steps": t[2], "drafted": t[3], "accepted": t[4], "tokens": t[0]}
+                for s, t in got.items()}
+            print(f"{key:22} " + "  ".join(f"{s}: {v['speedup']:.2f}x ({v['steps']} steps, {v['accepted']}/"
+                                           f"{v['drafted']} accepted)" for s, v in mine.items()), flush=True)
     serving.OUT.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%dT%H%M")
     path = serving.OUT / f"replay-{stamp}-{Path(data.get('model', args.model)).stem}.json"
-    path.write_text(json.dumps({"argv": sys.argv[1:], "results": results, **data}), encoding="utf-8")
+    path.write_text(json.dumps({**data, "argv": sys.argv[1:], "results": results}), encoding="utf-8")
     print(f"wrote {path}")
 
 
