@@ -444,12 +444,14 @@ def test_llamaplug_serve_ray_deploys_on_a_cluster(cluster, ingress, plain, smoll
         got = _client(ingress).completions.create(model="via-cli", prompt="Snow is", max_tokens=12, temperature=0)
         assert got.choices[0].text == want
     finally:
-        proc.send_signal(signal.SIGINT)  # as Ctrl-C: the CLI deletes its app
+        proc.send_signal(signal.SIGTERM)  # as an orchestrator stops it (Ctrl-C the same): the CLI deletes its app
         try:
-            proc.wait(timeout=60)
+            code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+            code = None
         _deploy(smollm2_path, ray_cache)  # the module's two replicas again, for the tests that run after this one
+    assert code == 0, proc.stderr.read()[-3000:]  # was 134: Ray's C handler aborted the driver
     assert len(_replicas(ingress)) == 2
 
 

@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -279,14 +280,19 @@ def app_from_args(args: dict[str, str]) -> serve.Application:
 def run(params: LlamaParams, *, replicas: int, address: str | None, host: str, port: int,
         threads: int | None, model_id: str | None, api_key: str | None, pooling: str | None,
         app_options: dict[str, Any] | None = None, shutdown_timeout_s: float = DEFAULT_GRACE) -> None:
-    """`llamaplug serve --ray`: the app on the cluster at `address` (None: a local one), until Ctrl-C."""
+    """`llamaplug serve --ray`: the app on the cluster at `address` (None: a local one), until Ctrl-C or SIGTERM."""
     ray.init(address=address, log_to_driver=False)
+    # ray.init gave the driver Ray's C SIGTERM handler: a stack dump, then an abort (exit 134, the streams cut without
+    # their error event, a local instance's agents left running). SIGTERM stops as Ctrl-C does instead.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     serve.start(http_options={"host": host, "port": port})
     app = build_app(params, num_replicas=replicas, ray_actor_options={"num_cpus": threads or 1},
                     model_id=model_id, api_key=api_key, pooling=pooling, app_options=app_options,
                     shutdown_timeout_s=shutdown_timeout_s)
     try:
         serve.run(app, name="llamaplug", blocking=True)
+    except KeyboardInterrupt:  # stopping is the way out: exit 0 once the replicas have ended their streams
+        pass
     finally:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a second signal here (a KeyboardInterrupt) leaves at once
             serve.delete("llamaplug")
