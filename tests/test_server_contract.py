@@ -215,6 +215,7 @@ def test_timings_per_token_and_progress_in_streams(both):
         status, events = both[side]["progress"]
         progress = [e["prompt_progress"] for e in events if "prompt_progress" in e]
         assert progress and set(progress[-1]) == {"total", "cache", "processed", "time_ms"}, side
+        assert progress[0]["processed"] == progress[0]["cache"] and len(progress) >= 2, side  # a first report
     last = [[e["prompt_progress"] for e in both[s]["progress"][1] if "prompt_progress" in e][-1]
             for s in ("theirs", "ours")]
     assert last[0]["total"] == last[1]["total"] == last[1]["processed"]

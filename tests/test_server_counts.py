@@ -65,6 +65,12 @@ def test_chat_counts_the_end_token(both):
     assert ours["timings"]["predicted_n"] == theirs["timings"]["predicted_n"] == theirs["usage"]["completion_tokens"]
     theirs, ours = _body(both, "chat_stream")
     assert ours[-1]["usage"]["completion_tokens"] == theirs[-1]["usage"]["completion_tokens"]
+    # llama-server's stream: a first delta of the role and a null content, the reply's timings on the usage chunk
+    assert ours[0]["choices"][0]["delta"] == theirs[0]["choices"][0]["delta"] == {"role": "assistant",
+                                                                                  "content": None}
+    assert ours[-1]["timings"]["predicted_n"] == theirs[-1]["timings"]["predicted_n"]
+    for events in (ours, theirs):
+        assert [e for e in events if "timings" in e] == [events[-1]]
 
 
 def test_completions_count_the_end_token(both):

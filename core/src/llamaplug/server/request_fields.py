@@ -83,7 +83,10 @@ def token_entry(model: Any, lp: TokenLogprob, post: bool = False) -> dict[str, A
             top_key: top}
 
 
-def progress(job: Job) -> dict[str, Any]:
-    """llama-server's prompt_progress once the prompt is read: total, cache, processed, time_ms."""
+def progress(job: Job, start: bool = False) -> dict[str, Any]:
+    """llama-server's prompt_progress once the prompt is read: total, cache, processed, time_ms; with `start`, its
+    first report, before any batch (processed: the cached tokens)."""
+    if start:
+        return {"total": job.n_prompt, "cache": job.cached, "processed": job.cached, "time_ms": 0}
     elapsed = (job.first_token - job.started) * 1e3 if job.first_token else 0.0
     return {"total": job.n_prompt, "cache": job.cached, "processed": job.n_prompt, "time_ms": int(elapsed)}

@@ -95,13 +95,17 @@ async def chat_events(served: Served, run: ChatRun, body: ChatRequest,
     streams = [ChatStream(served.id, plan) for _ in jobs]
     kept: list[list[CompletionChunk]] = [[] for _ in jobs]  # each job's pieces, for its __verbose (settings given)
     pending: list[list[dict[str, Any]]] = [[] for _ in jobs]  # logprobs of tokens whose text is held back
-    for i, stream in enumerate(streams):
-        yield _chunk(stream.first(), i)
+    for i, stream in enumerate(streams):  # llama-server's first delta: the role and a null content (OpenAI's: "")
+        yield _chunk(stream.first(), i, content=None)
     started = [False] * len(jobs)
+    ended: dict[str, Any] | None = None  # the timings of the last reply that ended
     async for i, piece in run.aevents():
         job = jobs[i]
         extra: dict[str, Any] = {}
         if body.return_progress and not started[i]:
+            # llama-server's first report (the cache, before any batch), then the prompt read (not one per batch
+            # between them: the engine does not report them)
+            yield _chunk(streams[i].chunk(Delta()), i, {"prompt_progress": progress(job, start=True)})
             extra["prompt_progress"] = progress(job)
         started[i] = True
         if settings is not None:
@@ -116,7 +120,12 @@ async def chat_events(served: Served, run: ChatRun, body: ChatRequest,
                 pending[i] = []
             fields = extra if k == 0 else {}
             if last and (body.timings_per_token or piece.stop_reason is not None):
-                fields = {**fields, "timings": timings(so_far(job, piece))}
+                now = timings(so_far(job, piece))
+                if piece.stop_reason is not None:
+                    ended = now
+                # as llama-server: a reply's final timings go on the stream's last chunk, the usage's if asked
+                if piece.stop_reason is None or not body.include_usage:
+                    fields = {**fields, "timings": now}
             if settings is not None and out.choices[0].finish_reason:  # llama-server: on the final chunk
                 done = collect(kept[i], job.prompt)
                 fields = {**fields, "__verbose": verbose_result(served, i, done, plan.params["prompt"], settings)}
@@ -127,13 +136,17 @@ async def chat_events(served: Served, run: ChatRun, body: ChatRequest,
         n_prompt, n_out = jobs[0].n_prompt, sum(job.produced for job in jobs)
         usage = Usage(prompt_tokens=n_prompt, completion_tokens=n_out, total_tokens=n_prompt + n_out)
         first = streams[0]
-        yield ChatCompletionChunk(id=first.ident, created=first.created, model=first.model, choices=[],
-                                  usage=usage).model_dump_json(exclude_none=True)
+        text = ChatCompletionChunk(id=first.ident, created=first.created, model=first.model, choices=[],
+                                   usage=usage).model_dump_json(exclude_none=True)
+        yield text if ended is None else json.dumps({**json.loads(text), "timings": ended})
 
 
-def _chunk(out: ChatCompletionChunk, index: int, extra: dict[str, Any] | None = None) -> str:
+def _chunk(out: ChatCompletionChunk, index: int, extra: dict[str, Any] | None = None, **delta: Any) -> str:
+    """`out` as JSON (None fields left out), with `extra`'s fields and `delta`'s in its delta (a None kept)."""
     out.choices[0].index = index
     text = out.model_dump_json(exclude_none=True)
-    if not extra:
+    if not extra and not delta:
         return text
-    return json.dumps({**json.loads(text), **extra})
+    chunk = json.loads(text)
+    chunk["choices"][0]["delta"].update(delta)
+    return json.dumps({**chunk, **(extra or {})})
