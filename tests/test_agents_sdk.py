@@ -24,6 +24,7 @@ from agents import (
     MessageOutputItem,
     ModelSettings,
     OpenAIChatCompletionsModel,
+    OpenAIConversationsSession,
     OpenAIResponsesModel,
     RunContextWrapper,
     Runner,
@@ -187,6 +188,33 @@ def test_another_keys_previous_response_id_is_refused(server, whole):
         asyncio.run(Runner.run(agent(model), "Hi", context=Progress(), max_turns=2,
                                previous_response_id=whole["responses"].last_response_id))
     assert refused.value.code == "previous_response_not_found"
+
+
+def test_a_conversation_id_and_a_conversations_session(server):
+    # the SDK's two uses of OpenAI's Conversations API: Runner.run's conversation_id (the Responses model sends
+    # `conversation`, the server keeps the turns) and OpenAIConversationsSession (the SDK keeps them there itself)
+    reporter = Agent(name="Reporter", instructions="Report the temperature.", model=models(server)["responses"],
+                     output_type=Report, model_settings=ModelSettings(max_tokens=24, temperature=0))
+
+    async def runs():
+        oai = client(server)
+        conv = await oai.conversations.create()
+        first = await Runner.run(reporter, "It is 21 degrees.", conversation_id=conv.id)
+        second = await Runner.run(reporter, "And now?", conversation_id=conv.id)
+        kept = [i async for i in oai.conversations.items.list(conv.id, order="asc")]
+        session = OpenAIConversationsSession(openai_client=oai)
+        third = await Runner.run(reporter, "It is 21 degrees.", session=session)
+        return first, second, kept, third, await session.get_items()
+
+    first, second, kept, third, in_session = asyncio.run(runs())
+    assert all(isinstance(r.final_output, Report) for r in (first, second, third))
+    assert [(i.type, i.role) for i in kept] == [("message", "user"), ("message", "assistant")] * 2
+    said = [i.content[0].text for i in kept]
+    assert said[0::2] == ["It is 21 degrees.", "And now?"]
+    assert [Report.model_validate_json(t) for t in said[1::2]] == [first.final_output, second.final_output]
+    assert [i["role"] for i in in_session] == ["user", "assistant"]
+    assert in_session[0]["content"][0]["text"] == "It is 21 degrees."
+    assert Report.model_validate_json(in_session[1]["content"][0]["text"]) == third.final_output
 
 
 def test_a_restart_between_two_chained_turns(server, whole, smollm2_path, db):
