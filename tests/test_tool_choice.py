@@ -272,9 +272,10 @@ XML_CALLS = {
 def test_a_forced_raw_text_argument_holds_no_markup_and_keeps_its_max_length(llama, name):
     """The XML-style formats read a string argument as raw text up to its closing tag, and llama.cpp's grammar lets
     any text (maxLength ignored) come before that close: SmolLM2 wrote "UTC</parameter>" (no newline before the
-    close), or the schema's "<type>string</type>", and the markup became the argument (bench/tool_choice_sweep.py:
-    12 templates). In a forced call the value opens no tag and begins none of the format's markup, and holds at most
-    maxLength characters; a valid call is taken as before, "<" that opens no tag included. llama.cpp's grammar takes
+    close), the schema's "<type>string</type>" or "<#1>", and the markup became the argument
+    (bench/tool_choice_sweep.py: 12 templates). In a forced call "<" in the value is followed by whitespace only, the
+    value begins none of the format's markup and holds at most maxLength characters; a valid call is taken as before,
+    "a < b" included. llama.cpp's grammar takes
     every text here (on the old code the test fails at "UTC</time>")."""
     from llamaplug.blocks.chat_layer import parse_reply, parser_params
 
@@ -286,7 +287,7 @@ def test_a_forced_raw_text_argument_holds_no_markup_and_keeps_its_max_length(lla
     grammar = Grammar.from_string(params["grammar"])
     for value in ("UTC", "Europe/Paris", "a < b"):  # maxLength 12
         assert _accepts(llama, grammar, params["generation_prompt"] + call.format(value)), value
-    for value in ("UTC</time>", "<type>string", "UTC" + close, "ABCDEFGHIJKLM"):
+    for value in ("UTC</time>", "<type>string", "<#1>", "UTC" + close, "ABCDEFGHIJKLM"):
         assert not _accepts(llama, grammar, params["generation_prompt"] + call.format(value)), value
     templates.close()
 

@@ -13,7 +13,8 @@ rules are named after the parser's id (`until-<id>`, `ac-<id>`) or are the rule 
 parser also tags "reasoning" stays (gpt-oss shares one message rule), and so does the thinking block.
 `parallel=False` makes the one-or-more call list of the JSON-native formats one call (the tagged formats'
 grammars already follow parallel_tool_calls). A call's id (string or number) is bounded to 16 characters, and a
-raw-text string argument (the XML-style formats) opens no markup and keeps its maxLength (_bound_strings).
+raw-text string argument (the XML-style formats) opens no markup and keeps its maxLength (_bound_strings); a
+python-style call (LFM2) names each argument once (_args_once); a Gemma 4 call's dict is its schema's (_gemma4_args).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import string
 from collections.abc import Iterator
 from typing import Any
 
@@ -207,12 +207,12 @@ def _one_call(body: str, calls: set[str]) -> str:
 # A raw-text string argument (the XML-style formats: Qwen3-Coder's `<parameter=zone>\n...\n</parameter>`, Seed-OSS,
 # MiniMax, DeepSeek's DSML, Kimi-K3, Spark) is an `until`: any text up to the closing markup, maxLength ignored. A model
 # that writes a tag there first ("UTC</parameter>" without the newline the close needs, or the schema's own "<type>")
-# is held inside the value, and the markup becomes the argument. In a forced call such a value opens no tag ("<" then
-# a letter, "/", "!", "?", "|" or "｜"), does not begin the closing markup (its first two characters: MiniMax-M3's
-# "]<"), and holds at most the schema's maxLength characters (counted up to _MAX_COUNTED; unbounded beyond), so the
-# model must close it the template's way. A valid call looks as before; only such values can no longer be written.
+# is held inside the value, and the markup becomes the argument. In a forced call such a value opens no markup ("<"
+# is followed by whitespace only, as in "a < b": SmolLM2 also wrote "<#1>"), does not begin the closing markup (its
+# first two characters: MiniMax-M3's "]<"), and holds at most the schema's maxLength characters (counted up to
+# _MAX_COUNTED; unbounded beyond), so the model must close it the template's way. A valid call looks as before; only
+# values with such markup can no longer be written.
 _TAG_START = "<"
-_TAG_NEXT = string.ascii_letters + "/!?|｜"
 _MAX_COUNTED = 256
 
 
@@ -299,8 +299,9 @@ def _bounded_value(rule: str, limit: int | None, close: str, ends: str) -> list[
     most `limit` characters, then `close`. State a{k} (b{i}{k}): at most k more characters (right after the i-th
     character that may begin markup)."""
     ends = ends.lstrip()
-    banned = {_TAG_START: _TAG_NEXT}  # a character that may begin markup: the characters that may not follow it
-    banned[ends[0]] = banned.get(ends[0], "") + ends[1]
+    banned = {_TAG_START: ""}  # a character that may begin markup: the characters that may not follow it
+    if ends[0] != _TAG_START:
+        banned[ends[0]] = ends[1]
     names = {c: f"b{i}" for i, c in enumerate(banned)}
     tail = f" {_gbnf_literal(close)}" if close else ""
 
@@ -309,6 +310,8 @@ def _bounded_value(rule: str, limit: int | None, close: str, ends: str) -> list[
 
     def step(after: str, k: int | None) -> str:
         """The alternatives after `after` (a character of `banned`, or "" for any other), k characters left."""
+        if after == _TAG_START:  # only whitespace may follow "<" ("a < b"): no tag, "<#1>" or "<|" opens
+            return f'"" | [ \\t\\r\\n] {state("a", k)}'
         no = banned.get(after, "")
         shifts = "".join(f" | {_gbnf_literal(c)} {state(names[c], k)}" for c in banned if c not in no)
         return f'"" | [^{_class("".join(banned) + no)}] {state("a", k)}{shifts}'
