@@ -46,6 +46,9 @@ def judge(calls: list[tuple[str, str]], finish: str | None, names: set[str]) -> 
         jsonschema.validate(json.loads(arguments), SCHEMAS[name])
     except (ValueError, jsonschema.ValidationError) as exc:
         return f"bad arguments {arguments!r}: {str(exc)[:80]}"
+    if any("<" in v or "\n" in v for v in json.loads(arguments).values() if isinstance(v, str)):
+        # valid by the schema, but a city or a zone: the template's markup (or the schema's) written into the value
+        return f"markup in arguments {arguments!r}"
     return "call" if finish == "tool_calls" else f"call, {finish}"
 
 
