@@ -53,6 +53,8 @@ SWAP = textwrap.dedent('''
         server = _tinyllama2()
         server.model_hf_repo = server.model_hf_file = server.model_url = None
         server.model_file = os.environ["SUITE_MODEL"]
+        # one thread: on a shared 2-core machine two ggml threads spin on each other's core (prompt 1.4 s a token)
+        server.n_threads = int(os.environ.get("SUITE_THREADS", "1"))
         return server
 
 
@@ -123,6 +125,9 @@ def main() -> int:
     suite = work / "tools" / "server" / "tests"
     shutil.rmtree(suite, ignore_errors=True)
     shutil.copytree(pinned / "tools" / "server" / "tests", suite)
+    # and the templates its tests name as ../../../models/templates/... (assistant prefill, test_tool_call, ...)
+    shutil.rmtree(work / "models" / "templates", ignore_errors=True)
+    shutil.copytree(pinned / "models" / "templates", work / "models" / "templates")
     (suite / "unit" / "conftest.py").write_text(SWAP)
     ours = work / "llamaplug-serve"
     ours.write_text(f'#!/bin/sh\nexec {sys.executable} -m llamaplug.cli serve "$@"\n')
