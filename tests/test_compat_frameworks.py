@@ -12,37 +12,22 @@ must be equal.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
+from llamaplug_testing.llama_cpp_reference import REFERENCE, run_both
 
 # Two children that import LlamaIndex, outlines (numba compiles its kernels) and instructor and load SmolLM2 four
 # times each: about 110 s of CPU in all, over 30 s on the CI's two cores.
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).parent / "fixtures" / "llama_cpp_frameworks.py"
-REFERENCE = "0.3.36"
 
 
 @pytest.fixture(scope="module")
 def runs(native_tools, smollm2_path) -> dict[str, dict]:
-    """Both sides' results, the two children run at once."""
-    assert metadata.version("llama_cpp_python") == REFERENCE, "llama-cpp-python 0.3.36 is the reference (tox.ini)"
-    # GGML_BACKEND_DL: libggml looks for its CPU module beside the executable (python's bin/), so it is named.
-    reference_env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(native_tools),
-                         GGML_BACKEND_PATH=str(native_tools / "libggml-cpu.so"))
-    children = {side: subprocess.Popen([sys.executable, str(SCRIPT), side, str(smollm2_path)], env=env,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for side, env in (("reference", reference_env), ("compat", None))}
-    out = {}
-    for side, child in children.items():
-        stdout, stderr = child.communicate(timeout=600)
-        assert child.returncode == 0, f"{side}: {stderr[-3000:]}"
-        out[side] = json.loads(stdout)
+    """Both sides' results (llamaplug_testing/llama_cpp_reference.py runs the two children at once)."""
+    out = {side: json.loads(stdout) for side, stdout in run_both(SCRIPT, smollm2_path, native_tools).items()}
     assert out["reference"]["llama_cpp"] == REFERENCE and "+llamaplug" in out["compat"]["llama_cpp"]
     return out
 

@@ -69,7 +69,9 @@ class Llama:
         self.params = params
         self.n_batch = params.n_batch
         self.metadata: dict[str, str] = dict(self.llamaplug.model.metadata)
-        self._pooling = None if params.pooling_type < 0 else int(params.pooling_type)
+        # -1: the model's own as llama.cpp resolves it, as llama-cpp-python's (a chat model's: none, a vector per
+        # token), not llamaplug's embed default (mean where the GGUF names none)
+        self._pooling = int(params.pooling_type)
         self.tokenizer_ = LlamaTokenizer(self)
 
     @classmethod
@@ -132,7 +134,10 @@ class Llama:
         return _or_minus_one(self.llamaplug.model.nl)
 
     def pooling_type(self) -> int:
-        return -1 if self._pooling is None else self._pooling
+        if self._pooling >= 0:
+            return self._pooling
+        meta = self.metadata
+        return int(meta.get(f"{meta.get('general.architecture', '')}.pooling_type", 0))
 
     @property
     def input_ids(self) -> np.ndarray:
@@ -352,7 +357,8 @@ class Llama:
         """The embedding of a text (a list of floats; with a model that does not pool, one list per token), or
         a list of them for a list of texts. return_count=True adds the number of tokens read."""
         texts = [input] if isinstance(input, str) else input
-        vectors = self.llamaplug.embed(texts, normalize=normalize, pooling=self._pooling, truncate=truncate)
+        pooling = lp.PoolingType(self._pooling).name.lower()
+        vectors = self.llamaplug.embed(texts, normalize=normalize, pooling=pooling, truncate=truncate)
         data = [v.tolist() for v in vectors]
         out = data[0] if isinstance(input, str) else data
         if not return_count:

@@ -27,7 +27,7 @@ from .state import LlamaState
 from .tokenizer import LlamaTokenizer, llama_model_get_vocab, llama_token_to_piece
 
 # The llama-cpp-python release whose API this follows, marked as llamaplug's (a PEP 440 local version).
-__version__ = f"0.3.35+llamaplug.{__version__.replace('-', '.')}"
+__version__ = f"0.3.36+llamaplug.{__version__.replace('-', '.')}"
 
 LLAMA_SPLIT_MODE_NONE, LLAMA_SPLIT_MODE_LAYER, LLAMA_SPLIT_MODE_ROW = (int(m) for m in (
     SplitMode.NONE, SplitMode.LAYER, SplitMode.ROW))

@@ -8,6 +8,7 @@ defaults) to a LlamaParams; `sampler_chain` builds the chain llama-cpp-python's 
 from __future__ import annotations
 
 import logging
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,11 @@ def llama_params(model_path: str | Path, options: dict[str, Any]) -> LlamaParams
     elif not o.pop("use_mmap", True):
         fields["use_mmap"] = False
     o.pop("use_mmap", None)
-    for name in ("n_threads", "n_threads_batch", "op_offload", "swa_full"):
+    # llama-cpp-python's thread defaults (not llamaplug's physical cores): half the logical CPUs for generation,
+    # all of them for prompts; 0 or None is its default too
+    fields["n_threads"] = o.pop("n_threads", None) or max((os.cpu_count() or 1) // 2, 1)
+    fields["n_threads_batch"] = o.pop("n_threads_batch", None) or os.cpu_count() or 1
+    for name in ("op_offload", "swa_full"):
         value = o.pop(name, None)
         if value is not None:
             fields[name] = value
