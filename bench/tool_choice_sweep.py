@@ -100,6 +100,31 @@ def one(llama: Any, text: str, max_tokens: int) -> dict[str, str]:
     return {"required": outcome(llama, whole, given), "named, streamed": outcome(llama, named, given)}
 
 
+def theirs(bin_dir: Path, model: Path, template: Path, max_tokens: int) -> dict[str, str]:
+    """The pin's llama-server on `template`, asked the same two requests (its outcome judged the same way)."""
+    import openai
+    from llamaplug_testing.servers import llama_server
+
+    body: dict[str, Any] = dict(model="m", messages=ASK, tools=TOOLS, max_tokens=max_tokens, temperature=0,
+                                parallel_tool_calls=False)
+    out: dict[str, str] = {}
+    with llama_server(bin_dir, model, "-c", "8192", "--jinja", "--chat-template-file", str(template)) as port:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=1800)
+        try:
+            choice = client.chat.completions.create(tool_choice="required", **body).choices[0]
+            calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
+            out["required"] = judge(calls, choice.finish_reason, set(SCHEMAS)) + (
+                f" (content {choice.message.content[:40]!r})" if choice.message.content else "")
+        except openai.APIError as exc:
+            out["required"] = f"error {str(exc)[:120]}"
+        try:
+            chunks = list(client.chat.completions.create(tool_choice=NAMED, stream=True, **body))
+            out["named, streamed"] = judge(*streamed(chunks), {"get_time"})
+        except openai.APIError as exc:
+            out["named, streamed"] = f"error {str(exc)[:120]}"
+    return out
+
+
 def main() -> None:
     import fetch
     import llamaplug as lp
@@ -110,6 +135,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--templates", nargs="*", default=[],
                     help="only the templates whose file name contains one of these (case-insensitive)")
+    ap.add_argument("--llama-server", action="store_true",
+                    help="also ask the pin's llama-server (native_tools) the same; its answer is kept where it differs")
     ap.add_argument("--out", default=str(HERE / "results" / "tool_choice" /
                                          f"sweep-{time.strftime('%Y-%m-%dT%H%M')}.json"))
     args = ap.parse_args()
@@ -121,9 +148,15 @@ def main() -> None:
     with lp.Llama.load(params) as llama:
         for path in templates:
             results[path.name] = one(llama, path.read_text(), args.max_tokens)
+            if args.llama_server:
+                import native_tools
+
+                server = theirs(native_tools.build(), Path(params.model_path), path, args.max_tokens)
+                if server != results[path.name]:
+                    results[path.name]["llama-server"] = server  # type: ignore[assignment]
             print(f"{path.name}: {results[path.name]}", flush=True)
     tally = Counter(v.split(" (")[0] if v.startswith("call") else v if v == "refused" else "other"
-                    for r in results.values() for v in r.values())
+                    for r in results.values() for k, v in r.items() if k != "llama-server")
     print(f"{len(templates)} templates, 2 requests each: {dict(tally)}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"max_tokens": args.max_tokens, "tally": tally, "results": results},
