@@ -24,7 +24,8 @@ run: run-build model
 run-build: $(BIN)/.build-tools
 	scripts/sysdeps.sh patch
 	$(BIN)/python vendor/llama.cpp/fetch.py >/dev/null
-	$(PIP_INSTALL) ./core ./plugins/backend_cpu
+	$(PIP_INSTALL) ./core
+	$(PIP_INSTALL) ./plugins/backend_cpu  # after the core: it links the installed core's ggml-base
 
 $(BIN)/.build-tools: $(BIN)/python requirements-build.txt
 	$(BIN)/python -m pip install -q -r requirements-build.txt
@@ -52,7 +53,8 @@ test-sysdeps:
 # traceback per package pip builds.
 build: sysdeps $(BIN)/tox
 	$(BIN)/python vendor/llama.cpp/fetch.py >/dev/null
-	$(PIP_INSTALL) ./core ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan ./plugins/tokenizer_hf \
+	$(PIP_INSTALL) ./core
+	$(PIP_INSTALL) ./plugins/backend_cpu ./plugins/backend_rpc ./plugins/backend_vulkan ./plugins/tokenizer_hf \
 		./plugins/llguidance
 	$(PIP_INSTALL) ./plugins/mtmd  # after the core: it links the installed core's libllama/ggml
 

@@ -56,6 +56,40 @@ function(llamaplug_write_build_info destination)
   install(FILES "${info}" DESTINATION "${destination}")
 endfunction()
 
+# A backend module needs ggml-base only to link against: at run time it resolves to the core's copy. Where the
+# build's Python already has the core of the same pin installed (pip --no-build-isolation after the core: make run,
+# tox), the modules link that file and ggml-base is not compiled again (a third of the CPU plugin's build on
+# 2 cores, issue 48). Otherwise (an isolated wheel build, an editable core) ggml-base is built as before.
+function(llamaplug_link_core_ggml_base)
+  execute_process(
+    COMMAND "${Python_EXECUTABLE}" -c [=[
+import importlib.util, pathlib, sys
+spec = importlib.util.find_spec("llamaplug")
+if spec and spec.origin:
+    here = pathlib.Path(spec.origin).parent
+    info, lib = here / "_build_info.py", here / "lib" / "libggml-base.so"
+    if lib.is_file() and info.is_file() and f'LLAMA_CPP_COMMIT = "{sys.argv[1]}"' in info.read_text():
+        print(lib)
+]=] "${LLAMAPLUG_LLAMA_CPP_COMMIT}"
+    OUTPUT_VARIABLE lib OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0 OR lib STREQUAL "")
+    message(STATUS "llamaplug: no installed core of this pin: ggml-base is built here")
+    return()
+  endif()
+  message(STATUS "llamaplug: linking the installed core's ggml-base: ${lib}")
+  # GLOBAL: the modules' link lines are resolved in ggml's own directory. What ggml-base gives its users (the
+  # public headers, GGML_BACKEND_DL and the like) the imported copy gives them too.
+  add_library(llamaplug_core_ggml_base SHARED IMPORTED GLOBAL)
+  get_target_property(defs ggml-base INTERFACE_COMPILE_DEFINITIONS)
+  set_target_properties(llamaplug_core_ggml_base PROPERTIES IMPORTED_LOCATION "${lib}"
+    INTERFACE_INCLUDE_DIRECTORIES "${LLAMA_CPP_DIR}/ggml/include" INTERFACE_COMPILE_DEFINITIONS "${defs}" SYSTEM FALSE)
+  foreach(target IN LISTS ARGN)
+    get_target_property(libs ${target} LINK_LIBRARIES)
+    list(TRANSFORM libs REPLACE "^ggml-base$" llamaplug_core_ggml_base)
+    set_target_properties(${target} PROPERTIES LINK_LIBRARIES "${libs}")
+  endforeach()
+endfunction()
+
 # The whole CMakeLists.txt of a backend plugin: builds ggml's <option> backend
 # (GGML_<option>=ON) from the pinned tree as the module target <target>, and
 # installs it into <package>/lib next to the plugin's Python code.
@@ -70,6 +104,7 @@ macro(llamaplug_backend_module option target package)
     set(GGML_CUDA_GRAPHS ON CACHE BOOL "" FORCE)
   endif()
   add_subdirectory("${LLAMA_CPP_DIR}/ggml" ggml EXCLUDE_FROM_ALL)
+  llamaplug_link_core_ggml_base(${target})
   llamaplug_unversion(ggml-base ${target})
   # ggml-base resolves to the core's copy: same pin, same soname, already loaded.
   set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN/../../llamaplug/lib")
