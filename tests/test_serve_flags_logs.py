@@ -45,12 +45,19 @@ def serve(*args: str, env: dict[str, str] | None = None, timeout: int = 120) -> 
     (["--api-key", "  "], "--api-key"),
     (["--max-queue", "0"], "--max-queue"),  # was found by the registry, while the model loaded
     (["--max-loaded", "0"], "--max-loaded"),
+    (["-ub", "0"], "-ub"),
 ])
 def test_a_bad_flag_is_exit_2_with_serves_usage_naming_it(argv, flag):
     done = serve(*argv)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("usage: llamaplug serve "), done.stderr[:300]
     assert "llamaplug serve: error: " in done.stderr and flag in done.stderr.splitlines()[-1]
+
+
+def test_a_ubatch_over_the_batch_is_refused_not_clamped():
+    """llama.cpp would silently take -ub down to -b: said instead, before anything loads."""
+    done = serve("-ub", "4096", "-b", "1024")
+    assert done.returncode == 1 and "-ub 4096 is more than -b 1024" in done.stderr, done.stderr
 
 
 def test_an_empty_api_key_from_the_environment_is_refused():
@@ -255,8 +262,9 @@ def test_text_server_says_when_it_stopped(text_server):
 
 @pytest.fixture(scope="module")
 def json_server(smollm2_path):
-    """JSON lines at --log info with --verbose (llama.cpp's own lines too); no key."""
-    with started("-m", str(smollm2_path), "--log-format", "json", "--log", "info", "--verbose") as server:
+    """JSON lines at --log info with --verbose (llama.cpp's own lines too); no key; -ub 64 and --cache-exact."""
+    with started("-m", str(smollm2_path), "--log-format", "json", "--log", "info", "--verbose", "-ub", "64",
+                 "--cache-exact") as server:
         yield server
 
 
@@ -283,6 +291,8 @@ def test_json_lines_parse_as_json(json_server):
     assert access[0]["status"] == 200 and access[0]["duration_ms"] > 0 and access[0]["client"] == "127.0.0.1"
     # --verbose: llama.cpp's own lines (the load's) come through, as JSON too
     assert sum(r["logger"] == "llamaplug.native" for r in records) > 20
+    ubatch = [r["message"] for r in records if r["logger"] == "llamaplug.native" and "n_ubatch" in r["message"]]
+    assert ubatch and all(m.split("=")[-1].strip() == "64" for m in ubatch), ubatch  # -ub reached the context
     stopped = [r for r in records if r["message"].startswith("stopped after ")]
     assert len(stopped) == 1 and stopped[0]["requests"] >= 2 and stopped[0]["uptime_s"] > 0
     assert records.index(stopped[0]) > records.index(access[0])  # (uvicorn's own last line may follow it)

@@ -400,7 +400,8 @@ def _processing(port: int, headers: dict[str, str]) -> float:
 @pytest.mark.parametrize("argv, dest, value", [
     (["-n", "7"], "n_predict", 7), (["--n-predict", "7"], "n_predict", 7), (["-a", "gpt"], "alias", ["gpt"]),
     (["-cram", "64"], "cache_ram", 64), (["--slot-save-path", "/tmp"], "slot_save_path", "/tmp"),
-    (["-c", "512", "-np", "2", "-t", "1"], "parallel", 2),
+    (["-c", "512", "-np", "2", "-t", "1"], "parallel", 2), (["-ub", "64"], "n_ubatch", 64),
+    (["--ubatch-size", "64"], "n_ubatch", 64), (["--cache-exact"], "cache_exact", True),
 ])
 def test_llama_server_flags_we_have(argv, dest, value):
     from llamaplug.cli import parser
@@ -408,7 +409,7 @@ def test_llama_server_flags_we_have(argv, dest, value):
     assert getattr(parser().parse_args(["serve", *argv, "--jinja", "--metrics", "--embeddings", "-cb"]), dest) == value
 
 
-@pytest.mark.parametrize("flag", ["--ssl-key-file", "--yarn-beta-fast", "--spm-infill", "--ubatch-size",
+@pytest.mark.parametrize("flag", ["--ssl-key-file", "--yarn-beta-fast", "--spm-infill", "--threads-batch",
                                   "--tools-runtime"])
 def test_a_llama_server_flag_we_lack_is_an_error_naming_it(flag, capsys):
     from llamaplug.cli import parser

@@ -292,11 +292,18 @@ def parser() -> argparse.ArgumentParser:
                             "servers may share DIR")
     serve.add_argument("--cache-disk-mib", type=int, default=4096, metavar="MIB",
                        help="the most MiB of files in --cache-dir, least recently used removed first (default 4096)")
+    serve.add_argument("--cache-exact", action="store_true",
+                       help="reuse a cached prefix (slot, RAM, --cache-dir) only up to a multiple of -ub, so a greedy "
+                            "reply is a cold read's bit for bit (on the CPU a prompt split elsewhere rounds "
+                            "otherwise); costs up to -ub - 1 more prompt tokens read per hit: pair it with a small "
+                            "-ub (64 say)")
     serve.add_argument("--structured-engine", choices=["gbnf", "llguidance", "auto"], default="gbnf",
                        help="what constrains replies to a JSON schema or grammar (response_format, json_schema, "
                             "grammar; a request's structured_engine wins): gbnf (llama.cpp's, as llama-server; the "
                             "default), llguidance (plugin llamaplug-llguidance), auto (llguidance when installed)")
     serve.add_argument("-b", "--batch-size", dest="n_batch", type=int, help="tokens per decode (n_batch)")
+    serve.add_argument("-ub", "--ubatch-size", dest="n_ubatch", type=_positive, metavar="N",
+                       help="tokens computed at once inside a decode (n_ubatch, at most -b; default 512)")
     serve.add_argument("-t", "--threads", type=int)
     serve.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF, help="seed for requests that give none")
     serve.add_argument("--mmproj", help="multimodal projector GGUF: image/audio chat parts (llamaplug-mtmd)")

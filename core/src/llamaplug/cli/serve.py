@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 def cmd_serve(args: argparse.Namespace) -> int:
     from ..catalog import default_model
     from ..errors import InvalidParameterError
+    from ..params import ContextParams
 
     if not args.models_dir and not args.ray:  # the -m models load with the default backends
         from ..blocks.backend import probe_ahead
@@ -60,6 +61,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         base["rpc_servers"] = [e.strip() for given in args.rpc for e in given.split(",") if e.strip()]
     if args.n_batch:
         base["n_batch"] = args.n_batch
+    if args.n_ubatch:
+        # refused rather than clamped to n_batch as llama.cpp would: nothing given is silently changed
+        n_batch = args.n_batch or ContextParams.model_fields["n_batch"].default
+        if args.n_ubatch > n_batch:
+            raise InvalidParameterError(f"-ub {args.n_ubatch} is more than -b {n_batch} (n_batch): a physical batch "
+                                        "is at most the logical one; lower -ub or raise -b", field="n_ubatch")
+        base["n_ubatch"] = args.n_ubatch
+    if args.cache_exact:
+        base["cache_exact"] = True
     if args.flash_attn:
         base["flash_attn_type"] = args.flash_attn
     base.update(draft_params(args))
