@@ -373,9 +373,9 @@ def test_llama_arg_variables_configure_both_the_same(native_tools, smollm2_path,
 
 def test_a_variable_of_a_flag_we_lack_is_an_error_naming_it(smollm2_path):
     out = subprocess.run([sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(smollm2_path)],
-                         env={**os.environ, "LLAMA_ARG_UBATCH": "256", "LLAMA_ARG_PORT": str(free_port())},
+                         env={**os.environ, "LLAMA_ARG_YARN_ORIG_CTX": "256", "LLAMA_ARG_PORT": str(free_port())},
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 1 and "LLAMA_ARG_UBATCH" in out.stderr
+    assert out.returncode == 1 and "LLAMA_ARG_YARN_ORIG_CTX" in out.stderr
 
 
 def test_the_command_line_wins_over_the_environment(monkeypatch):
@@ -385,8 +385,9 @@ def test_the_command_line_wins_over_the_environment(monkeypatch):
     monkeypatch.setenv("LLAMA_ARG_CTX_SIZE", "512")
     monkeypatch.setenv("LLAMA_ARG_MODEL", "from-env.gguf")
     monkeypatch.setenv("LLAMA_ARG_CORS_CREDENTIALS", "off")
+    monkeypatch.setenv("LLAMA_ARG_UBATCH", "64")
     args = settle(parser().parse_args(["serve", "-c", "1024", "-m", "given.gguf"]))
-    assert (args.ctx_size, args.model, args.cors_credentials) == (1024, ["given.gguf"], False)
+    assert (args.ctx_size, args.model, args.cors_credentials, args.n_ubatch) == (1024, ["given.gguf"], False, 64)
     assert settle(parser().parse_args(["serve"])).model == ["from-env.gguf"]
 
 
