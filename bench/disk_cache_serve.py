@@ -3,7 +3,7 @@
 
     .tox/py/bin/python bench/disk_cache_serve.py restart [--model smollm2-135m-instruct] [--rounds 4]
     .tox/py/bin/python bench/disk_cache_serve.py reload  [--model gemma-3-270m] [--rounds 4]
-    .tox/py/bin/python bench/disk_cache_serve.py ray     [--rounds 3]
+    .tox/py/bin/python bench/disk_cache_serve.py ray     [--rounds 3] [--serve-args='--cache-exact -ub 64']
 
 A chat with a ~2,000-token system prompt (`--tokens`) and a question; greedy, streamed, the
 client's own clock from the request to the first content chunk. Each round has a cold run and a
@@ -34,6 +34,7 @@ import http.client
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import statistics
@@ -154,7 +155,8 @@ def disk_hits(port: int, replica: str | None = None) -> int:
 
 
 def base_args(a: argparse.Namespace, threads: int) -> list[str]:
-    return ["-t", str(threads), "-np", "1", "-c", str(a.ctx), "--spec-type", "none", "--log", "warning"]
+    return ["-t", str(threads), "-np", "1", "-c", str(a.ctx), "--spec-type", "none", "--log", "warning",
+            *shlex.split(a.serve_args)]
 
 
 def model_path(name: str) -> str:
@@ -287,7 +289,7 @@ def summary(mode: str, a: argparse.Namespace, rounds: list[dict]) -> dict:
     else:  # the cold run of the warm run's question: the rounds where it was the cold one
         cold_text = {r["cold_q"]: r["cold"]["text"] for r in rounds}
         same = [r["warm"]["text"] == cold_text.get(r["warm_q"]) for r in rounds if r["warm_q"] in cold_text]
-    return {"mode": mode, "model": a.model, "tokens": a.tokens, "rounds": len(rounds),
+    return {"mode": mode, "model": a.model, "tokens": a.tokens, "rounds": len(rounds), "serve_args": a.serve_args,
             "warm_over_cold": [round(x, 4) for x in ratios],
             "median_warm_over_cold": round(statistics.median(ratios), 4),
             "median_cold_ttft_ms": statistics.median(r["cold"]["ttft_ms"] for r in rounds),
@@ -307,6 +309,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="serve -t (ray: 1 a replica; on a shared machine more threads spin)")
     p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--serve-args", default="", metavar="ARGS",
+                   help="more `serve` flags for every server, the cold references too (one string: "
+                        "--serve-args='--cache-exact -ub 64')")
     p.add_argument("--out", help="write the summary (JSON) here")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="lp-disk-bench-") as d:
