@@ -78,6 +78,8 @@ def test_one_resolver_for_every_form(cache, monkeypatch, smollm2_path, no_hub):
     for name in ("smollm2-135m-instruct", "smollm2-135m-instruct:latest", str(smollm2_path)):
         assert Path(names.resolve(name)) == smollm2_path
     assert names.resolve("models/missing.gguf") == "models/missing.gguf"  # a path stays a path (the loader says)
+    with pytest.raises(lp.ModelNotFoundError, match="`llamaplug list`"):  # a bare word is a name: where names are
+        names.resolve("llama3")
     with pytest.raises(lp.ModelNotFoundError, match="llamaplug pull org/other:Q4_K_M"):
         names.resolve("org/other:Q4_K_M", download=False)
     assert no_hub.requests == []

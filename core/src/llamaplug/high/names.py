@@ -6,13 +6,15 @@ A name is, tried in this order:
 - a catalog model's name (`llamaplug info` lists them; catalog.py);
 - `org/repo[:TAG]` (also `hf.co/org/repo[:TAG]`, as Ollama pulls from the Hub): a Hugging Face model, read from
   the Hub's cache without asking the network when it is there, else downloaded (when the caller allows it);
-each with Ollama's `:latest` allowed at its end (it names the same thing). Anything else is still taken as a path
-(the loader then says the file is missing), so a name that is not found is said in one ModelNotFoundError.
+each with Ollama's `:latest` allowed at its end (it names the same thing). A bare word that is none of these is a
+ModelNotFoundError pointing to `llamaplug list`; anything else is still taken as a path (the loader then says the file
+is missing), so a name that is not found is said in one ModelNotFoundError.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from ..errors import HubError, ModelNotFoundError
@@ -88,6 +90,10 @@ def resolve(name: str, *, download: bool = True) -> str | Path:
 
         return default_model(entry)
     ref = hub_ref(name)
+    if ref is None and "/" not in name and os.sep not in name and not name.lower().endswith(".gguf"):
+        # a bare word ("llama3") reads as a model's name, not a path: say where the names are
+        raise ModelNotFoundError(f"{name}: no such model (not a file, not a catalog model): `llamaplug list` shows "
+                                 "the models it takes by name; `llamaplug pull org/repo[:TAG]` adds one from the Hub")
     if ref is None or name.lower().endswith(".gguf"):
         return name
     repo, tag = ref
