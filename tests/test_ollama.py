@@ -379,6 +379,7 @@ def test_cli_pull_list_show_rm(fake_hub, tmp_path, tiny):
     removed = cli("rm", f"{HUB_REPO}:Q8_0", env=env)
     assert removed.returncode == 0, removed.stderr
     assert not path.exists() and not [r for r in cli("list", env=env).stdout.splitlines()[1:] if "/" in r.split()[0]]
+    assert not list((tmp_path / "hub").glob("models--*"))  # its last file gone, no empty repository folder stays
     again = cli("rm", f"{HUB_REPO}:Q8_0", env=env)
     assert again.returncode == 1 and "not in the Hub cache" in again.stderr
 
@@ -389,5 +390,5 @@ def test_cli_ps_asks_the_server(client, port, names):
     assert done.returncode == 0, done.stderr
     rows = {line.split()[0]: line for line in done.stdout.splitlines()[1:]}
     assert f"{names[0]}:latest" in rows and "Forever" in rows[f"{names[0]}:latest"]
-    refused = cli("ps", "--host", f"127.0.0.1:{port}")
+    refused = cli("ps", "--host", str(port))  # a port alone is this machine's (was taken as a host name)
     assert refused.returncode == 1 and "401" in refused.stderr

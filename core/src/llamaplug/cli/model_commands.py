@@ -148,8 +148,11 @@ def _remove_file(path: Path) -> None:
 
 
 def server_url(host: str | None) -> str:
-    """The server's URL from --host, else LLAMAPLUG_HOST or OLLAMA_HOST (host[:port] or a URL), else 127.0.0.1:8080."""
+    """The server's URL from --host, else LLAMAPLUG_HOST or OLLAMA_HOST (host[:port], a port or a URL), else
+    127.0.0.1:8080."""
     given = host or os.environ.get("LLAMAPLUG_HOST") or os.environ.get("OLLAMA_HOST") or "127.0.0.1:8080"
+    if given.lstrip(":").isdigit():  # a port alone ("8212", ":8212"): this machine's, as `serve --port` takes it
+        given = f"127.0.0.1:{given.lstrip(':')}"
     return given.rstrip("/") if "://" in given else f"http://{given}"
 
 
@@ -201,6 +204,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     rm.add_argument("model", nargs="+", help=f"{where} (without a TAG the whole repository), or a GGUF file")
     rm.set_defaults(func=cmd_rm)
     ps = sub.add_parser("ps", help="the models a running `llamaplug serve` has loaded")
-    ps.add_argument("--host", help="its address (default: LLAMAPLUG_HOST, OLLAMA_HOST or 127.0.0.1:8080)")
+    ps.add_argument("--host", help="its address: host[:port], a port of this machine or a URL (default: "
+                    "LLAMAPLUG_HOST, OLLAMA_HOST or 127.0.0.1:8080)")
     ps.add_argument("--api-key", help="the server's --api-key")
     ps.set_defaults(func=cmd_ps)

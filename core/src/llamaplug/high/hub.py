@@ -369,4 +369,6 @@ def remove_cached(repo_id: str, tag: str | None = None, cache_dir: str | os.Path
     for blob in blobs - still:
         if blob.parent.name == "blobs":
             blob.unlink(missing_ok=True)
+    if not still:  # its last file gone: the repository goes too, as `rm` of the whole repository does
+        shutil.rmtree(folder)
     return links
