@@ -204,8 +204,9 @@ def plan_chat(llama: Llama, spec: ChatSpec, messages: list[dict[str, Any]] | Non
         # tool's name found in the prompt would not say so (a short one is there by chance).
         raise InvalidParameterError(
             "this chat template has no place for tools (the prompt it renders is the same without them), so the model "
-            "would not see them; give a template that does: chat_template=\"chatml-tools\" for a ChatML model "
-            "(--chat-template chatml-tools), a model maker's own, or tool_choice=\"none\"", field="tools")
+            "would not see them; give a template that does: chatml-tools for a ChatML model "
+            "(chat_template=\"chatml-tools\", llama_cpp.Llama's chat_format=\"chatml-tools\", "
+            "--chat-template chatml-tools), a model maker's own, or tool_choice=\"none\"", field="tools")
     return ChatPlan(params, spec.reasoning_format or params.get("reasoning_format", "auto"), spec.response_format)
 
 
