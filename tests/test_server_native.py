@@ -142,13 +142,21 @@ def both(native_tools, smollm2_path, tmp_path_factory) -> dict[str, dict[str, tu
                       "--metrics", "--tools", "all") as port:
         theirs = llama_server_script(port)
         theirs["tools"] = (200, tools_script(port, folders[0] / "tools"))
+        theirs["metrics_started"] = _metrics_started(port)
     with llamaplug_server(smollm2_path, "-np", "1", "-c", str(CTX), "--spec-type", "none", "--slot-save-path",
                           str(folders[1]), "--metrics", "--jinja", "--tools", "all") as (port, _):
         ours = llama_server_script(port)
         ours["tools"] = (200, tools_script(port, folders[1] / "tools"))
         ours["metrics"] = (200, _metrics(port))
+        ours["metrics_started"] = _metrics_started(port)
     assert not (folders[1].parent / "outside.bin").exists()
     return {"theirs": theirs, "ours": ours}
+
+
+def _metrics_started(port: int) -> str | None:
+    """/metrics' Process-Start-Time-Unix header (llama-server's: when the server started, Unix seconds)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        return resp.headers.get("Process-Start-Time-Unix")
 
 
 def _metrics(port: int) -> str:
@@ -332,6 +340,9 @@ def test_metrics_have_llama_servers_names_with_a_model_label(both, smollm2_path)
         assert f"llamacpp:{name}{label} " in text, name
     predicted = next(line for line in text.splitlines() if line.startswith("llamacpp:tokens_predicted_total"))
     assert float(predicted.split()[-1]) > 0
+    for side in ("theirs", "ours"):  # llama-server's header, which the pin's test_metrics.py asks for: despite
+        # its name, its start on the monotonic clock in microseconds
+        assert 0 < int(both[side]["metrics_started"]) < time.monotonic_ns() // 1000, side
 
 
 def test_rerank_and_infill_equal_llama_servers(native_tools, tmp_path):

@@ -29,5 +29,6 @@ router.add_api_route("/v1/health", health, methods=["GET"], include_in_schema=Fa
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-async def prometheus(request: Request) -> str:
-    return request.app.state.metrics.render()
+async def prometheus(request: Request) -> PlainTextResponse:
+    metrics = request.app.state.metrics
+    return PlainTextResponse(metrics.render(), headers={"Process-Start-Time-Unix": str(metrics.started)})

@@ -61,6 +61,9 @@ class Metrics:
     def __init__(self, engines: Callable[[], list[tuple[str, Engine]]], window: float = 10.0):
         """`engines`: (model id, engine) of each loaded model, asked at each scrape."""
         self.engines = engines
+        # llama-server's Process-Start-Time-Unix header on /metrics: despite its name, its ggml_time_us() at the
+        # start (CLOCK_MONOTONIC microseconds, as time.monotonic's clock here)
+        self.started = time.monotonic_ns() // 1000
         self.http_requests = 0
         self.http_errors = 0
         self._window = window
