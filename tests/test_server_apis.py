@@ -262,6 +262,13 @@ def test_messages_tool_use_then_its_result(claude, oai, model):
     assert "input_json" in kinds  # the client's own event for an input_json_delta
     assert final.stop_reason == "tool_use" and [(b.name, b.input) for b in final.content] == [(use.name, use.input)]
 
+    # A call cut inside its arguments (greedy, 24 tokens end at '{\n    "city": "', which does not parse): as
+    # Anthropic's tool_use cut by max_tokens, the call's block and stop_reason "max_tokens" (was a 500: json.loads).
+    weather = [{"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER_SCHEMA}]
+    cut = claude.messages.create(model=model, max_tokens=24, messages=[{"role": "user", "content": ASK_WEATHER}],
+                                 tools=weather, extra_body=GREEDY, tool_choice={"type": "any"})
+    assert cut.stop_reason == "max_tokens" and [(b.type, b.name) for b in cut.content] == [("tool_use", "get_weather")]
+
     # The second round: tool_use and tool_result blocks give what the chat API gives for the same turns.
     result = '{"temperature_c": 18, "sky": "clear"}'
     follow = claude.messages.create(model=model, max_tokens=12, tools=tools, extra_body=GREEDY, messages=[

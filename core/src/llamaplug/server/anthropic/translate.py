@@ -107,9 +107,16 @@ def tool_id(call_id: str) -> str:
     return "toolu_" + call_id.removeprefix("call_")
 
 
-def tool_input(arguments: str) -> dict[str, Any]:
-    """A call's arguments as Anthropic's `input` object (a model that wrote a non-object has it under "value")."""
-    given = json.loads(arguments)
+def tool_input(arguments: str, cut: bool = False) -> dict[str, Any]:
+    """A call's arguments as Anthropic's `input` object (a model that wrote a non-object has it under "value").
+    `cut`: the reply ended at max_tokens, where arguments that do not parse yet are the empty object (Anthropic's
+    tool_use block cut by max_tokens: the block is there, stop_reason "max_tokens" says it is incomplete)."""
+    try:
+        given = json.loads(arguments)
+    except json.JSONDecodeError:
+        if not cut:
+            raise
+        return {}
     return given if isinstance(given, dict) else {"value": given}
 
 
@@ -201,7 +208,8 @@ def message_response(served: Served, run: ChatRun, done: Completion, ident: str)
     content: list[ThinkingOut | TextOut | ToolUseOut] = \
         [ThinkingOut(thinking=reply.reasoning_content)] if reply.reasoning_content else []
     content += [TextOut(text=reply.content)] if reply.content else []
-    content += [ToolUseOut(id=tool_id(c.id), name=c.function.name, input=tool_input(c.function.arguments))
+    content += [ToolUseOut(id=tool_id(c.id), name=c.function.name,
+                           input=tool_input(c.function.arguments, cut=reason == "max_tokens"))
                 for c in reply.tool_calls or []]
     return MessageResponse(id=ident, model=served.id, content=content, stop_reason=reason, stop_sequence=sequence,
                            usage=usage(done.timings))
