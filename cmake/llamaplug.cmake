@@ -80,9 +80,14 @@ if spec and spec.origin:
   # GLOBAL: the modules' link lines are resolved in ggml's own directory. What ggml-base gives its users (the
   # public headers, GGML_BACKEND_DL and the like) the imported copy gives them too.
   add_library(llamaplug_core_ggml_base SHARED IMPORTED GLOBAL)
+  # Its build-tree include folder spelled as ggml spells it: tests/test_build_parity.py compares the flags as text.
   get_target_property(defs ggml-base INTERFACE_COMPILE_DEFINITIONS)
+  get_target_property(incs ggml-base INTERFACE_INCLUDE_DIRECTORIES)
+  string(REGEX REPLACE "\\$<BUILD_INTERFACE:([^>]*)>" "\\1" incs "${incs}")
+  string(REGEX REPLACE "\\$<INSTALL_INTERFACE:[^>]*>" "" incs "${incs}")
+  list(REMOVE_ITEM incs "")
   set_target_properties(llamaplug_core_ggml_base PROPERTIES IMPORTED_LOCATION "${lib}"
-    INTERFACE_INCLUDE_DIRECTORIES "${LLAMA_CPP_DIR}/ggml/include" INTERFACE_COMPILE_DEFINITIONS "${defs}" SYSTEM FALSE)
+    INTERFACE_INCLUDE_DIRECTORIES "${incs}" INTERFACE_COMPILE_DEFINITIONS "${defs}" SYSTEM FALSE)
   foreach(target IN LISTS ARGN)
     get_target_property(libs ${target} LINK_LIBRARIES)
     list(TRANSFORM libs REPLACE "^ggml-base$" llamaplug_core_ggml_base)
