@@ -20,7 +20,6 @@ import argparse
 import ast
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,38 +72,6 @@ def statuses_by_hand() -> list[str]:
     return found
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    sys.setrecursionlimit(10000)
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    cycles: list[list[str]] = []
-
-    def connect(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                connect(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for v in list(graph):
-        if v not in index:
-            connect(v)
-    return cycles
-
-
 def counts() -> dict[str, object]:
     layers = _layers()
     graph = {layers.module_name(p): layers.imports(p) for p in _sources()}
@@ -121,7 +88,7 @@ def counts() -> dict[str, object]:
         "statuses_by_hand": statuses_by_hand(),
         "routes_importing_routes": direct,
         "routes_reaching_routes_through_other_modules": through,
-        "import_cycles": _cycles(graph),
+        "import_cycles": layers.import_cycles(graph),
         "lower_layer_imports_higher": upward,
         "largest_modules": [{"lines": n, "path": p} for n, p in sizes[:5]],
         "route_modules": len(routes),
