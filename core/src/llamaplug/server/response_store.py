@@ -274,13 +274,14 @@ def _history(items: list[dict[str, Any]]) -> list[Any]:
     return _INPUT.validate_python([h for i in items if i["type"] != "reasoning" for h in _as_input(i)])
 
 
-def page(items: list[dict[str, Any]], limit: int, order: str, after: str | None, where: str) -> dict[str, Any]:
-    """One of OpenAI's list pages of `items` (oldest first), `after` an item id of `where`'s."""
+def page(items: list[dict[str, Any]], limit: int, order: str, after: str | None, where: str,
+         what: str = "item") -> dict[str, Any]:
+    """One of OpenAI's list pages of `items` (oldest first), `after` the id of one of `where`'s `what`s."""
     items = items[::-1] if order == "desc" else items
     if after is not None:
         start = next((i + 1 for i, item in enumerate(items) if item.get("id") == after), None)
         if start is None:
-            raise BadRequestError(f"no item {after!r} in {where}", param="after")
+            raise BadRequestError(f"no {what} {after!r} in {where}", param="after")
         items = items[start:]
     data = items[:limit]
     return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,

@@ -17,13 +17,13 @@ from fastapi import Depends, Query, Request
 from ...high.chat_call import start_chat
 from ..deps import served_model, token_limit
 from ..dialects import RESPONSES
-from ..errors import ERROR_RESPONSES, BadRequestError, NotFoundError
+from ..errors import ERROR_RESPONSES, NotFoundError
 from ..mcp.loop import asks_for_mcp
 from ..mcp.responses import mcp_response
 from ..openai.schemas import InputTokens
 from ..registry import Served
 from ..request_limits import check_messages
-from ..response_store import Kept, ResponseStore, chained, conversation_id
+from ..response_store import Kept, ResponseStore, chained, conversation_id, page
 from ..shared import chat_prompt_tokens
 from ..streaming import named_sse, off_loop, unless_gone
 from .schemas import DeletedResponse, InputItemList, ResponseObject, ResponsesRequest
@@ -89,15 +89,7 @@ async def input_items(response_id: str, request: Request, limit: Annotated[int, 
                       order: Literal["asc", "desc"] = "desc", after: str | None = None) -> InputItemList:
     """The items a kept response answered (with previous_response_id: the whole conversation), OpenAI's pages."""
     items = _kept(request, response_id).items
-    items = items[::-1] if order == "desc" else items
-    if after is not None:
-        start = next((i + 1 for i, item in enumerate(items) if item.get("id") == after), None)
-        if start is None:
-            raise BadRequestError(f"no input item {after!r} in response {response_id!r}", param="after")
-        items = items[start:]
-    page = items[:limit]
-    return InputItemList(data=page, first_id=page[0]["id"] if page else None,
-                         last_id=page[-1]["id"] if page else None, has_more=len(items) > limit)
+    return InputItemList(**page(items, limit, order, after, f"response {response_id!r}", "input item"))
 
 
 @router.delete("/v1/responses/{response_id}", response_model=DeletedResponse, responses=ERROR_RESPONSES)
