@@ -85,6 +85,18 @@ def test_cases_are_deterministic(smollm2_path):
     assert gguf_fuzz.make_case(SEED, 0, smollm2_path).prefix != gguf_fuzz.make_case(SEED + 1, 0, smollm2_path).prefix
 
 
+def test_a_callers_edit_of_a_base_reaches_no_case(smollm2_path):
+    """test_inspect edits tiny_base()'s tensor offsets; when it ran first in the same worker the cached parse kept
+    the edit and this slice loaded 10 of 300 cases instead of 58 (CI of stop 52)."""
+    cases = range(30)  # case 26 is the first on SmolLM2
+    before = [gguf_fuzz.make_case(SEED, i, smollm2_path).prefix for i in cases]
+    for g in (gguf_fuzz.tiny_base(), gguf_fuzz.smollm2_base(str(smollm2_path))):
+        g.tensors[1].offset += 32
+        g.tensors.pop()
+        g.kvs.pop()
+    assert [gguf_fuzz.make_case(SEED, i, smollm2_path).prefix for i in cases] == before
+
+
 def test_smollm2_cases_write_only_the_header(smollm2_path, tmp_path):
     """A SmolLM2 case is its first few MB; the rest of the file is a hole (no 98 MB copy per case)."""
     case = next(c for c in (gguf_fuzz.make_case(SEED, i, smollm2_path) for i in range(200))
