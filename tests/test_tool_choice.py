@@ -112,6 +112,8 @@ def test_a_call_cut_by_max_tokens_ends_as_length(llama):
 
 
 QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+GPT_OSS_CALL = ' to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}'
+GPT_OSS_THINK = "<|channel|>analysis<|message|>Call get_weather.<|end|><|start|>assistant"
 R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris"}\n'
            '```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
 
@@ -120,6 +122,11 @@ R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜t
     (CASES["qwen2.5"][0], [QWEN_CALL], ["Sure! " + QWEN_CALL, QWEN_CALL + "\n" + QWEN_CALL]),
     # DeepSeek R1's generation prompt opens <think>: the thinking goes on until </think>, then the call
     (R1, ["I will call get_weather.</think>" + R1_CALL], ["</think>Sure! " + R1_CALL]),
+    # gpt-oss: one analysis block may come first; its commentary preamble (content) and a second analysis may not
+    # (SmolLM2 wrote preambles, then analysis blocks, until max_tokens: bench/tool_choice_sweep.py)
+    ("openai-gpt-oss-120b.jinja", [GPT_OSS_CALL, GPT_OSS_THINK + GPT_OSS_CALL],
+     ["<|channel|>commentary<|message|>Sure!<|end|><|start|>assistant" + GPT_OSS_CALL,
+      GPT_OSS_THINK + GPT_OSS_THINK + GPT_OSS_CALL]),
 ])
 def test_the_grammar_starts_at_the_call_after_the_thinking(llama, name, takes, refuses):
     """What the requests above rely on, in the grammar itself (llama.cpp's takes every text here): no text

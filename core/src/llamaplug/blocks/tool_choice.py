@@ -67,6 +67,7 @@ def call_first(params: dict[str, Any], parallel: bool | None = None, tools: list
             body = body.replace(_ID, _BOUNDED_ID)
             line = f"{name} ::= {body}"
         lines.append(line)
+    lines = _one_thinking(lines, reasoning, _call_rules(arena) | {"tool-call"})
     lines = _gemma4_args(_args_once(_bound_strings(lines, arena, tools), arena, tools), tools)
     out = "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
     if out == grammar:
@@ -115,6 +116,15 @@ def _content_names(arena: dict[str, Any]) -> tuple[set[str], set[str]]:
     for node in arena["parsers"]:
         if node["type"] == "tag" and node["tag"] in ("content", "reasoning"):
             (content if node["tag"] == "content" else reasoning).update(_names_under(arena, node["child"]))
+    shared = content & reasoning
+    if shared:
+        # one message rule tagged content in one place and reasoning in another (gpt-oss's message-content, in its
+        # "preamble" and its "analysis"): the rule that tags it content and holds nothing else tagged is content
+        for node in arena["parsers"]:
+            if node["type"] == "rule":
+                tags = [n for _, n in _walk(arena, node["child"]) if n["type"] == "tag"]
+                if tags and all(t["tag"] == "content" and _names_under(arena, t["child"]) <= shared for t in tags):
+                    content.add(node["name"])
     return content - reasoning, reasoning
 
 
@@ -193,6 +203,54 @@ def _without(body: str, content: set[str], reasoning: set[str]) -> str:
         return body
     alts, _ = _parse(tokens)
     return _render(_drop(alts, content, reasoning)[0])
+
+
+def _reaching(bodies: dict[str, list[str]], targets: set[str]) -> set[str]:
+    """The rules of `bodies` ({name: its tokens}) that refer to `targets`, directly or through other rules."""
+    found = set(targets)
+    grew = True
+    while grew:
+        grew = False
+        for name, tokens in bodies.items():
+            if name not in found and found.intersection(tokens):
+                found.add(name)
+                grew = True
+    return found
+
+
+def _one_thinking(lines: list[str], reasoning: set[str], calls: set[str]) -> list[str]:
+    """`lines` with a repeated group that reaches thinking and no call (gpt-oss's `(start any)* start tool-call`,
+    `any` its analysis once its preamble is gone) taken at most once: SmolLM2 wrote one analysis block after another
+    and the call never came, the reasoning budget ending each."""
+    bodies = {}
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        if sep:
+            bodies[name] = _TOKEN.findall(body)
+    thinking, calling = _reaching(bodies, reasoning), _reaching(bodies, calls)
+
+    def once(alts: Alts) -> bool:
+        changed = False
+        for seq in alts:
+            for item in seq:
+                if isinstance(item[0], str):
+                    continue
+                if item[1] == "*" and _refers(item[0], thinking) and not _refers(item[0], calling):
+                    item[1] = "?"
+                    changed = True
+                else:
+                    changed |= once(item[0])
+        return changed
+
+    out = []
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        if sep and "*" in body and thinking.intersection(bodies[name]):
+            alts, _ = _parse(bodies[name])
+            if once(alts):
+                line = f"{name} ::= {_render(alts)}"
+        out.append(line)
+    return out
 
 
 def _one_call(body: str, calls: set[str]) -> str:
