@@ -129,6 +129,23 @@ def test_responses_cut_by_max_output_tokens_is_incomplete(oai, model):
     assert events[-1].type == "response.incomplete" and events[-1].response.status == "incomplete"
 
 
+def test_responses_function_call_cut_by_max_output_tokens_is_incomplete(oai, model):
+    # OpenAI's: the response "incomplete" (reason max_output_tokens) and the item cut "incomplete" (was
+    # "completed" for a call, whole and streamed). 20 tokens: cut in its arguments ('{"zone":'; 12 and fewer: before
+    # the call's name, no item)
+    tool = {"type": "function", "name": "get_time", "description": "The time in a zone", "parameters": TIME_SCHEMA}
+    ask = {"model": model, "input": FEW_SHOT, "tools": [tool], "max_output_tokens": 20, "temperature": 0,
+           "tool_choice": {"type": "function", "name": "get_time"}}
+    got = oai.responses.create(**ask)
+    assert got.status == "incomplete" and got.incomplete_details.reason == "max_output_tokens"
+    assert [(item.type, item.status) for item in got.output] == [("function_call", "incomplete")], got.output
+    events = list(oai.responses.create(**ask, stream=True))
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [(i.type, i.status, i.arguments) for i in done] == [("function_call", "incomplete", got.output[0].arguments)]
+    assert events[-1].type == "response.incomplete"
+    assert [(i.type, i.status) for i in events[-1].response.output] == [("function_call", "incomplete")]
+
+
 def test_responses_function_call_then_its_output(oai, model):
     tool = {"type": "function", "name": "get_time", "description": "The time in a zone", "parameters": TIME_SCHEMA}
     got = oai.responses.create(model=model, input=FEW_SHOT, tools=[tool], max_output_tokens=60, temperature=0,

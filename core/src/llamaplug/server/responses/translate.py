@@ -112,14 +112,17 @@ class Reply:
         self.keep: Callable[[dict[str, Any]], None] | None = None  # stores the finished response (store: true)
 
     def output(self, choice: Any) -> tuple[list[ReasoningOut | OutputMessage | FunctionCallOut], bool]:
-        """A whole chat reply's `choice` as output items (thinking, text, calls), and whether max tokens cut it."""
+        """A whole chat reply's `choice` as output items (thinking, text, calls), and whether max tokens cut it:
+        then its last item, the one cut, is "incomplete" (OpenAI's, whatever its kind: a call's arguments too)."""
         incomplete = choice.finish_reason == "length"
         items: list[ReasoningOut | OutputMessage | FunctionCallOut] = []
         if choice.message.reasoning_content:
             items.append(self.reasoning(choice.message.reasoning_content, "completed"))
         if choice.message.content:
-            items.append(self.message(choice.message.content, "incomplete" if incomplete else "completed"))
+            items.append(self.message(choice.message.content, "completed"))
         items += [self.call(c, "completed") for c in choice.message.tool_calls or []]
+        if incomplete and items:
+            items[-1] = items[-1].model_copy(update={"status": "incomplete"})
         return items, incomplete
 
     def message(self, text: str, status: str) -> OutputMessage:
@@ -195,6 +198,7 @@ class StreamItems:
         return [self.reply.event("response.output_item.added", output_index=len(self.items) - 1, item=item)]
 
     def close(self, status: str = "completed") -> list[tuple[str, str]]:
+        """The open item's done events; `status` "incomplete": max tokens cut it (the reply's last item)."""
         reply, index, kind = self.reply, len(self.items) - 1, self.open
         if kind is None:
             return []
@@ -202,7 +206,7 @@ class StreamItems:
         item, text = self.items[-1], "".join(self.text)
         out = []
         if kind == "reasoning":
-            item = reply.reasoning(text, "completed").model_copy(update={"id": item.id})
+            item = reply.reasoning(text, status).model_copy(update={"id": item.id})
             out.append(reply.event("response.reasoning_text.done", item_id=item.id, output_index=index,
                                    content_index=0, text=text))
         elif kind == "text":
@@ -213,7 +217,7 @@ class StreamItems:
             out.append(reply.event("response.content_part.done", item_id=item.id, output_index=index,
                                    content_index=0, part=part))
         else:
-            item = item.model_copy(update={"arguments": text, "status": "completed"})
+            item = item.model_copy(update={"arguments": text, "status": status})
             out.append(reply.event("response.function_call_arguments.done", item_id=item.id, output_index=index,
                                    name=item.name, arguments=text))
         self.items[-1] = item
