@@ -27,6 +27,7 @@ from llamaplug_testing import llama_server, llamaplug_server
 
 CTX = 1024  # one slot of 1024 positions on both
 SCRIPT_PROMPT = "The capital of France is"
+EOS_PROMPT = "<|im_start|>user\nSay only the word yes.<|im_end|>\n<|im_start|>assistant\n"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
@@ -104,6 +105,11 @@ def llama_server_script(port: int) -> dict[str, tuple[int, Any]]:
             "prompt_string": "The capital of France is"}], "n_predict": 4, "temperature": 0}),
         "completion_media": call(port, "/completion", {"prompt": {"prompt_string": "A <__media__>",
                                                                   "multimodal_data": "iVBORw0KGgo="}}),
+        # greedy SmolLM2 ends this reply with <|im_end|> at its 7th token; ignore_eos bans every EOG token
+        "eos": call(port, "/completion", {"prompt": EOS_PROMPT, "n_predict": 10, "temperature": 0}),
+        "ignore_eos": call(port, "/completion", {"prompt": EOS_PROMPT, "n_predict": 10, "temperature": 0,
+                                                 "ignore_eos": True}),
+        "one_token": call(port, "/completion", {"prompt": SCRIPT_PROMPT, "n_predict": 1, "temperature": 0}),
         "tokenize": call(port, "/tokenize", {"content": "Hello world, héllo <|im_start|>"}),
         "tokenize_pieces": call(port, "/tokenize", {"content": "Hello world, héllo", "with_pieces": True}),
         "detokenize": call(port, "/detokenize", {"tokens": [19556, 905, 28]}),
@@ -203,6 +209,32 @@ def test_a_prompt_object_is_read_as_llama_server_reads_it(both):
         r["content"] for r in both["theirs"]["completion_objects"][1]]
     (s1, theirs), (s2, ours) = both["theirs"]["completion_media"], both["ours"]["completion_media"]
     assert s1 == s2 == 400 and ours["error"]["message"] == theirs["error"]["message"]
+
+
+def test_ignore_eos_bans_every_end_of_generation_token_as_llama_server(both):
+    theirs, ours = both["theirs"], both["ours"]
+    banned = {e["token"] for e in theirs["ignore_eos"][1]["generation_settings"]["logit_bias"]}
+    assert banned  # SmolLM2's EOG tokens, each at -inf (null in JSON)
+    for side in (theirs, ours):
+        (s1, free), (s2, ignoring) = side["eos"], side["ignore_eos"]
+        assert s1 == s2 == 200
+        assert free["stop_type"] == "eos" and free["tokens_predicted"] < 10
+        assert free["generation_settings"]["logit_bias"] == []
+        assert ignoring["stop_type"] == "limit" and ignoring["tokens_predicted"] == 10
+        assert {e["token"] for e in ignoring["generation_settings"]["logit_bias"]} == banned
+        assert all(e["bias"] is None for e in ignoring["generation_settings"]["logit_bias"])
+    assert ours["ignore_eos"][1]["content"] == theirs["ignore_eos"][1]["content"]
+
+
+def test_generation_rates_count_decode_steps_as_llama_server(both):
+    """The first token comes from the prompt's last batch: a rate over n - 1 decode steps (0 for one token)."""
+    for side in ("theirs", "ours"):
+        one = both[side]["one_token"][1]["timings"]
+        assert one["predicted_n"] == 1 and one["predicted_per_second"] == one["predicted_per_token_ms"] == 0.0, side
+        t = both[side]["ignore_eos"][1]["timings"]
+        assert t["predicted_n"] == 10
+        assert abs(t["predicted_per_second"] - 1e3 / t["predicted_ms"] * 9) < 1e-6, side
+        assert abs(t["predicted_per_token_ms"] - t["predicted_ms"] / 9) < 1e-9, side
 
 
 def test_stop_word_is_named(both):

@@ -91,6 +91,7 @@ class LlamaModel(NativeHandle):
         # token: a dict hit costs less than the C call, its buffer and the checks.
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
+        self._eog_tokens: tuple[int, ...] | None = None
         self._special_texts: list[tuple[bytes, int]] | None = None  # for long texts (long_text.py), on first use
         self._byte_gaps = header.byte_gaps if int(lib.llama_vocab_type(self._vocab)) == lib.LLAMA_VOCAB_TYPE_SPM \
             else None
@@ -225,6 +226,15 @@ class LlamaModel(NativeHandle):
                 return eog
         eog = self._eog[token] = bool(lib.llama_vocab_is_eog(self._vocab_ptr, self.check_token(token)))
         return eog
+
+    @property
+    def eog_tokens(self) -> tuple[int, ...]:
+        """Every end-of-generation token id of the vocabulary, read once per model (llama-server's logit_bias_eog,
+        what a request's ignore_eos bans)."""
+        if self._eog_tokens is None:
+            vocab = self._vocab_ptr
+            self._eog_tokens = tuple(t for t in range(self.n_vocab) if lib.llama_vocab_is_eog(vocab, t))
+        return self._eog_tokens
 
     def token_is_control(self, token: int) -> bool:
         return bool(lib.llama_vocab_is_control(self._vocab_ptr, self.check_token(token)))

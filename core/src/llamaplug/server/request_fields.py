@@ -17,11 +17,13 @@ from .errors import BadRequestError
 if TYPE_CHECKING:
     from .openai.schemas import LogitBias
 
-def logit_bias(model: Any, given: LogitBias | None) -> dict[int, float]:
+def logit_bias(model: Any, given: LogitBias | None, ignore_eos: bool = False) -> dict[int, float]:
     """token id -> bias, as llama-server's schema reads it: a text key is its tokens (each biased), false is
-    -inf, an id outside the vocabulary a 400 (llama-server skips it; a wrong id is the client's mistake)."""
+    -inf, an id outside the vocabulary a 400 (llama-server skips it; a wrong id is the client's mistake).
+    `ignore_eos` adds every end-of-generation token at -inf after them, as llama-server's ignore_eos field."""
+    eog = dict.fromkeys(model.eog_tokens, -math.inf) if ignore_eos else {}
     if not given:
-        return {}
+        return eog
     pairs = given.items() if isinstance(given, dict) else [tuple(p) for p in given]
     out: dict[int, float] = {}
     for pair in pairs:
@@ -37,7 +39,7 @@ def logit_bias(model: Any, given: LogitBias | None) -> dict[int, float]:
                                   param="logit_bias")
         for token in _tokens(model, key):
             out[token] = value
-    return out
+    return {**out, **eog}
 
 
 def _tokens(model: Any, key: Any) -> list[int]:

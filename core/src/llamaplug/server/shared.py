@@ -12,6 +12,7 @@ A route module imports this, never another route module (a family's own shared p
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -52,7 +53,7 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     grammar, schema = getattr(body, "grammar", None), getattr(body, "json_schema", None)
     engine = getattr(body, "structured_engine", None)
     gbnf = engine_for(llama.params.structured_engine, engine) == "gbnf"
-    extra = {"logit_bias": logit_bias(llama.model, body.logit_bias),
+    extra = {"logit_bias": logit_bias(llama.model, body.logit_bias, body.ignore_eos),
              "grammar": grammar_text(grammar, schema) if gbnf else None}
     if any(extra.values()):
         sampling = sampling.model_copy(update=extra)
@@ -127,12 +128,16 @@ def _after_chain(lp: TokenLogprob, settings: dict[str, Any], post: bool) -> Toke
 
 
 def timings(t: CompletionTimings) -> dict[str, float]:
-    """llama-server's `timings` object."""
-    return {"cache_n": t.cached_tokens, "prompt_n": t.prompt_tokens - t.cached_tokens, "prompt_ms": t.prompt_ms,
-            "prompt_per_token_ms": t.prompt_ms / max(1, t.prompt_tokens - t.cached_tokens),
-            "prompt_per_second": t.prompt_per_second, "predicted_n": t.predicted_tokens,
-            "predicted_ms": t.predicted_ms, "predicted_per_token_ms": t.predicted_ms / max(1, t.predicted_tokens),
-            "predicted_per_second": t.predicted_per_second,
+    """llama-server's `timings` object, its rates too: the prompt's over the tokens decoded (not the cached ones),
+    generation's over its decode steps, one fewer than the tokens (the first token comes from the prompt's last
+    batch, and predicted_ms runs from it); a rate without a divisor is 0."""
+    read, steps = t.prompt_tokens - t.cached_tokens, max(0, t.predicted_tokens - 1)
+    return {"cache_n": t.cached_tokens, "prompt_n": read, "prompt_ms": t.prompt_ms,
+            "prompt_per_token_ms": t.prompt_ms / read if read > 0 else 0.0,
+            "prompt_per_second": 1e3 / t.prompt_ms * read if t.prompt_ms > 0 else 0.0,
+            "predicted_n": t.predicted_tokens, "predicted_ms": t.predicted_ms,
+            "predicted_per_token_ms": t.predicted_ms / steps if steps else 0.0,
+            "predicted_per_second": 1e3 / t.predicted_ms * steps if t.predicted_ms > 0 else 0.0,
             # as llama-server: only when something was drafted
             **({"draft_n": t.drafted_tokens, "draft_n_accepted": t.accepted_tokens} if t.drafted_tokens else {})}
 
@@ -148,18 +153,21 @@ def so_far(job: Job, piece: CompletionChunk) -> CompletionTimings:
 
 
 def _settings(sampling: SamplerParams, n_predict: int, body: NativeCompletionRequest) -> dict[str, Any]:
-    return generation_settings(sampling, n_predict, body.stop, body.stream)
+    return generation_settings(sampling, n_predict, body.stop, body.stream, body.ignore_eos)
 
 
-def generation_settings(sampling: SamplerParams, n_predict: int, stop: str | list[str] | None, stream: bool
-                        ) -> dict[str, Any]:
-    """`generation_settings`: the sampling a request ran with, in llama-server's names."""
+def generation_settings(sampling: SamplerParams, n_predict: int, stop: str | list[str] | None, stream: bool,
+                        ignore_eos: bool = False) -> dict[str, Any]:
+    """`generation_settings`: the sampling a request ran with, in llama-server's names (a -inf bias is null, as
+    llama-server's JSON writes it)."""
     return {"seed": sampling.seed, "temperature": sampling.temperature, "top_k": sampling.top_k,
             "top_p": sampling.top_p, "min_p": sampling.min_p, "typical_p": sampling.typical_p,
             "repeat_last_n": sampling.penalty_last_n, "repeat_penalty": sampling.penalty_repeat,
             "presence_penalty": sampling.penalty_present, "frequency_penalty": sampling.penalty_freq,
             "stop": [stop] if isinstance(stop, str) else list(stop or []), "max_tokens": n_predict,
-            "n_predict": n_predict, "stream": stream,
+            "n_predict": n_predict, "stream": stream, "ignore_eos": ignore_eos,
+            "logit_bias": [{"bias": b if math.isfinite(b) else None, "token": t}
+                           for t, b in sampling.logit_bias.items()],
             "samplers": list(sampling.samplers)}
 
 

@@ -67,6 +67,8 @@ class NativeCompletionRequest(_Native):
                                       "top_probs) rather than log probabilities")
     logit_bias: LogitBias | None = Field(None, description='{"token id or text": bias} or [[token, bias], ...]; '
                                          "false bans the token")
+    ignore_eos: bool = Field(False, description="every end-of-generation token biased to -inf (listed in "
+                             "generation_settings.logit_bias): generation goes on to n_predict")
     grammar: str | None = Field(None, description="a GBNF grammar the output must match")
     json_schema: dict[str, Any] | None = Field(None, description="a JSON schema the output must match")
     structured_engine: StructuredEngine | None = Field(

@@ -32,7 +32,8 @@ async def answer(body: ChatRequest, request: Request, served: Served) -> Any:
     call = chat_call(body, served, limit)
     run = await off_loop(lambda: start_chat(llama, call), request)
     # llama-server's debug field: each reply as /completion would write it
-    settings = generation_settings(call.sampler, -1 if limit is None else limit, body.stop, body.stream) \
+    settings = generation_settings(call.sampler, -1 if limit is None else limit, body.stop, body.stream,
+                                   body.ignore_eos) \
         if body.verbose else None
     if body.stream:
         return sse(chat_events(served, run, body, settings))

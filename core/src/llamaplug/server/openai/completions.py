@@ -21,6 +21,7 @@ from ..deps import served_model, token_limit, verbose
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES, BadRequestError
 from ..registry import Served
+from ..request_fields import logit_bias
 from ..shared import generation_settings, partial, verbose_result
 from ..streaming import off_loop, sse, unless_gone
 from .schemas import CompletionChoice, CompletionLogprobs, CompletionRequest, TextCompletion
@@ -35,12 +36,15 @@ async def completions(body: CompletionRequest, request: Request,
     prompts = _prompts(body.prompt)
     limit = token_limit(request, body.predict())
     sampling = body.sampling(llama.params.seed, served.sampling)
+    if body.ignore_eos:
+        sampling = sampling.model_copy(update={"logit_bias": logit_bias(llama.model, None, True)})
     # special tokens in the text are parsed, as llama-server's tokenize_input_prompts does (and /completion here)
     jobs = await off_loop(lambda: completion_jobs(llama, prompts, limit, sampling, body.stop, body.logprobs, True,
                                                   body.response_format), request)
     ident = f"cmpl-{uuid.uuid4().hex[:24]}"
     # llama-server's debug field: each result as /completion would write it
-    settings = generation_settings(sampling, -1 if limit is None else limit, body.stop, body.stream) \
+    settings = generation_settings(sampling, -1 if limit is None else limit, body.stop, body.stream,
+                                   body.ignore_eos) \
         if verbose(request, body) else None
     if body.stream:
         return sse(_events(served, jobs, ident, body.include_usage, settings))

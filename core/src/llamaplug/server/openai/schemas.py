@@ -44,6 +44,7 @@ class _Request(BaseModel):
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=1, description="one choice per prompt (llamaplug runs prompts, not copies, in parallel)")
     response_format: dict[str, Any] | None = None
+    ignore_eos: bool = Field(False, description="llama-server's: every end-of-generation token biased to -inf")
     keep_alive: float | str | None = Field(None, description="how long the model stays loaded after this request "
                                            "(Ollama's: seconds or \"5m\"; 0 unloads it, negative keeps it)")
     verbose: bool = Field(False, description="llama-server's debug field: the reply carries `__verbose`, itself as "

@@ -37,7 +37,7 @@ def chat_call(body: ChatRequest, served: Served, limit: int | None) -> ChatCall:
     # with the call (high/structured.py), not to the sampler as GBNF.
     gbnf = engine_for(llama.params.structured_engine, body.structured_engine) == "gbnf"
     grammar = grammar_text(body.grammar, None if formatted else body.json_schema) if gbnf else None
-    bias = logit_bias(llama.model, body.logit_bias)
+    bias = logit_bias(llama.model, body.logit_bias, body.ignore_eos)
     if bias or grammar:
         sampling = sampling.model_copy(update={"logit_bias": bias, "grammar": grammar})
     # grammar and json_schema go to the sampler above (as llama-server's fields); the rest to the chat layer
