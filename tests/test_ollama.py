@@ -124,7 +124,8 @@ def test_list_show_version(client, port, names, smollm2_path, gemma_path):
         entry = listed[f"{name}:latest"]
         assert entry.details.format == "gguf" and entry.details.family == facts["arch"]
         assert entry.details.quantization_level == facts["quant"]
-        assert entry.size == path.stat().st_size and len(entry.digest) == 64
+        assert entry.size == path.stat().st_size
+        assert entry.digest == hashlib.sha256(path.read_bytes()).hexdigest()  # Ollama's: the blob's (was of its path)
         number, unit = float(entry.details.parameter_size[:-1]), entry.details.parameter_size[-1]
         assert number * {"K": 1e3, "M": 1e6, "B": 1e9}[unit] == pytest.approx(facts["params"], rel=0.01)
         shown = client.show(name)  # the name without its tag, as Ollama takes it
@@ -134,6 +135,34 @@ def test_list_show_version(client, port, names, smollm2_path, gemma_path):
         assert "completion" in shown.capabilities
     version = httpx.get(f"http://127.0.0.1:{port}/api/version", headers=AUTH).json()
     assert [int(p) for p in version["version"].split(".")] >= [0, 5, 0]
+
+
+def test_a_files_sha256_is_read_once_per_path_size_and_date(tmp_path, monkeypatch):
+    """/api/tags' digest never hashes a model twice (gigabytes: seconds each), a big one from the server's start."""
+    from llamaplug.high import model_card
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"a" * 1000)
+    first = model_card.file_sha256(path)
+    assert first == hashlib.sha256(b"a" * 1000).hexdigest()
+    stat = path.stat()
+    path.write_bytes(b"b" * 1000)  # the same size and date: taken as the same file, not read again
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert model_card.file_sha256(path) == first
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a new date: read again
+    assert model_card.file_sha256(path) == hashlib.sha256(b"b" * 1000).hexdigest()
+
+    assert model_card.hash_in_background(path) is None  # small: hashed when first listed
+    monkeypatch.setattr(model_card, "BACKGROUND_HASH_BYTES", 1000)
+    big = tmp_path / "big.gguf"
+    big.write_bytes(b"c" * 1000)
+    thread = model_card.hash_in_background(big)
+    assert thread is not None
+    thread.join(10)
+    stat = big.stat()
+    big.write_bytes(b"d" * 1000)
+    os.utime(big, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert model_card.file_sha256(big) == hashlib.sha256(b"c" * 1000).hexdigest()  # the background thread's
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["smollm2", "gemma3"])

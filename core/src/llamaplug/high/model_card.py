@@ -2,6 +2,8 @@
 
 Read from the file's header (no model loaded: blocks.gguf_info), and kept per path and
 modification time, for Ollama's /api/tags, /api/show and /api/ps and `llamaplug list` / `show`.
+A card's `digest` is the file's sha256 (Ollama's digest), hashed once per path, size and modification
+time: `hash_in_background` starts it early for a file too big to hash while a client waits.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import functools
 import hashlib
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +31,18 @@ class ModelCard:
     path: Path
     size: int  # bytes, every part of a split model
     modified: float  # the file's modification time (seconds since the epoch)
-    digest: str  # sha256 hex: the Hub's blob name where the file is a Hub cache blob, else of path, size and date
     family: str  # general.architecture
     parameter_count: int
     quantization: str  # llama-quantize's name of general.file_type ("Q8_0", "Q4_K_M", "F16", ...)
     context_length: int | None
     embedding_length: int | None
     info: GgufInfo = dataclasses.field(repr=False)
+
+    @property
+    def digest(self) -> str:
+        """The sha256 hex of the file (a split model's first part): seconds for gigabytes the first time (see
+        file_sha256)."""
+        return file_sha256(self.path)
 
     @property
     def parameter_size(self) -> str:
@@ -95,7 +103,7 @@ def _card(path: str, mtime_ns: int) -> ModelCard:
     p = Path(path)
     parts = split_parts(p)
     return ModelCard(
-        path=p, size=sum(q.stat().st_size for q in parts), modified=p.stat().st_mtime, digest=_digest(p),
+        path=p, size=sum(q.stat().st_size for q in parts), modified=p.stat().st_mtime,
         family=arch, parameter_count=info.n_parameters, quantization=_quantization(info),
         context_length=number(f"{arch}.context_length"), embedding_length=number(f"{arch}.embedding_length"),
         info=info)
@@ -111,14 +119,57 @@ def split_parts(path: Path) -> list[Path]:
     return [q for q in parts if q.exists()]
 
 
-def _digest(path: Path) -> str:
-    # A Hub cache snapshot links each file to its blob, named by the file's sha256 (LFS files): the real digest,
-    # for free. Elsewhere hashing a model of gigabytes to list it would take seconds: a digest of where and what.
-    blob = path.resolve().name
-    if _SHA256.match(blob):
-        return blob
-    stat = path.stat()
-    return hashlib.sha256(f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()
+_sha256s: dict[tuple[str, int, int], str] = {}  # (resolved path, size, mtime_ns) -> sha256 hex
+_hashing: dict[tuple[str, int, int], threading.Lock] = {}  # the files being hashed: a second caller waits
+_hashing_lock = threading.Lock()
+# Files from this size on are hashed in the background when a server starts serving them (~1 s per GB of one
+# core): smaller ones are hashed when first listed, which a client does not notice (a 100 MB model: 0.1 s).
+BACKGROUND_HASH_BYTES = 512 * 1024 * 1024
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 hex of the file at `path`, read once per path, size and modification time (a caller that
+    comes while another hashes the same file waits for that one). A Hub cache snapshot links each file to its
+    blob, named by the file's sha256 (LFS files): that name, read for free."""
+    real = Path(path).resolve()
+    if _SHA256.match(real.name):
+        return real.name
+    stat = real.stat()
+    key = (str(real), stat.st_size, stat.st_mtime_ns)
+    with _hashing_lock:
+        if key in _sha256s:
+            return _sha256s[key]
+        lock = _hashing.setdefault(key, threading.Lock())
+    with lock:
+        if key not in _sha256s:
+            h = hashlib.sha256()
+            with open(real, "rb") as fh:
+                while block := fh.read(1 << 20):
+                    h.update(block)
+            _sha256s[key] = h.hexdigest()
+    with _hashing_lock:
+        _hashing.pop(key, None)
+    return _sha256s[key]
+
+
+def hash_in_background(path: str | os.PathLike[str] | None) -> threading.Thread | None:
+    """Start hashing the file at `path` (file_sha256) in a daemon thread if it is big (BACKGROUND_HASH_BYTES),
+    so that the first model list does not wait for it; None where nothing was started (small, gone, no path)."""
+    try:
+        if path is None or Path(path).stat().st_size < BACKGROUND_HASH_BYTES:
+            return None
+    except OSError:
+        return None
+
+    def run() -> None:
+        try:
+            file_sha256(path)
+        except OSError:  # gone or unreadable since: the list that asks says so
+            pass
+
+    thread = threading.Thread(target=run, name="llamaplug-sha256", daemon=True)
+    thread.start()
+    return thread
 
 
 _FTYPE_NAMES: dict[int, str] = {}

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from ..high.llama import Llama
+from ..high.model_card import hash_in_background
 from . import dialects, error_docs
 from .chat_settings import ChatSettings
 from .cors import Cors
@@ -67,6 +68,8 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        for name in registry.names():  # a big model's sha256 (/api/tags' digest) before a client lists it
+            hash_in_background(registry.params(name).model_path)
         yield
         await asyncio.to_thread(registry.close)
 

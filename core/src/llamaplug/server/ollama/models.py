@@ -71,6 +71,17 @@ async def model_card(registry: ModelRegistry, ident: str) -> ModelCard:
                                "(the server's log says why)", param="model", code="model_unreadable") from None
 
 
+async def digest(ident: str, c: ModelCard) -> str:
+    """The file's sha256, as Ollama lists a model's digest: hashed off the event loop, once per file (a big one
+    from the server's start: high/model_card.py's hash_in_background); a file gone since is model_card's 500."""
+    try:
+        return await asyncio.to_thread(lambda: c.digest)
+    except OSError as exc:
+        log.error("model %r: its file does not read: %s", ident, exc)
+        raise ServerFaultError(f"model '{ident}': its file {c.path.name} cannot be read (the server's log says "
+                               "why)", param="model", code="model_unreadable") from None
+
+
 def details(c: ModelCard) -> dict[str, Any]:
     return {"parent_model": "", "format": "gguf", "family": c.family, "families": [c.family],
             "parameter_size": c.parameter_size, "quantization_level": c.quantization}
@@ -87,11 +98,12 @@ async def tags(registry: Annotated[ModelRegistry, Depends(served_models)]) -> di
     for ident in registry.names():
         try:
             c = await model_card(registry, ident)
+            sha256 = await digest(ident, c)
         except ApiError:  # (logged) one unreadable file leaves the others listed
             continue
         for name in (ident, *registry.describe(ident)[3]):
             out.append({"name": listed(name), "model": listed(name), "modified_at": iso(c.modified), "size": c.size,
-                        "digest": c.digest, "details": details(c)})
+                        "digest": sha256, "details": details(c)})
     return {"models": out}
 
 
@@ -101,7 +113,8 @@ async def ps(registry: Annotated[ModelRegistry, Depends(served_models)]) -> dict
     for served in registry:
         c = await model_card(registry, served.id)
         left = registry.expires_in(served.id)
-        out.append({"name": listed(served.id), "model": listed(served.id), "size": c.size, "digest": c.digest,
+        sha256 = await digest(served.id, c)
+        out.append({"name": listed(served.id), "model": listed(served.id), "size": c.size, "digest": sha256,
                     "details": details(c), "expires_at": _NEVER if left is None else iso(time.time() + left),
                     "size_vram": 0, "context_length": served.llama.engine.n_ctx_seq})
     return {"models": out}
