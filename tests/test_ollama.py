@@ -421,3 +421,15 @@ def test_cli_ps_asks_the_server(client, port, names):
     assert f"{names[0]}:latest" in rows and "Forever" in rows[f"{names[0]}:latest"]
     refused = cli("ps", "--host", str(port))  # a port alone is this machine's (was taken as a host name)
     assert refused.returncode == 1 and "401" in refused.stderr
+
+
+def test_cli_stop_unloads_as_ollama_stop(client, port, names):
+    client.chat(model=names[0], messages=[], keep_alive=-1)  # loaded (no messages: load only), no timer
+    assert states(port)[names[0]] == "loaded"
+    server = ("--host", f"127.0.0.1:{port}", "--api-key", KEY)
+    stopped = cli("stop", f"{names[0]}:latest", *server)
+    assert stopped.returncode == 0 and not stopped.stdout, stopped.stderr  # `ollama stop`: silent
+    assert states(port)[names[0]] == "unloaded"  # still served: its next request loads it
+    unknown = cli("stop", "no-such-model", *server)
+    assert unknown.returncode == 1 and "couldn't find model 'no-such-model' to stop" in unknown.stderr
+    assert "Traceback" not in unknown.stderr

@@ -1,10 +1,11 @@
-"""`llamaplug pull`, `list`, `show`, `rm`, `ps`: the Hugging Face cache's models, as Ollama's commands manage its own.
+"""`llamaplug pull`, `list`, `show`, `rm`, `ps`, `stop`: the Hugging Face cache's models, as Ollama's manage its own.
 
 pull, list, show and rm work on the Hub's cache that the hub loader (high/hub.py) downloads into
 (HF_HUB_CACHE; `llamaplug run org/repo:TAG` and `serve -m org/repo:TAG` read the same files);
 a model is named "org/repo:TAG" (TAG: a quantization, as llama.cpp's -hf). list shows the installed
 catalog models too, and show and rm take every name `run` and `inspect` take (high/names.py). ps asks
-a running `llamaplug serve` what it has loaded (its Ollama API, /api/ps).
+a running `llamaplug serve` what it has loaded (its Ollama API, /api/ps); stop unloads a model there as
+`ollama stop` does (/api/generate with keep_alive 0: it stays served, loaded again by its next request).
 """
 
 from __future__ import annotations
@@ -156,21 +157,39 @@ def server_url(host: str | None) -> str:
     return given.rstrip("/") if "://" in given else f"http://{given}"
 
 
-def cmd_ps(args: argparse.Namespace) -> int:
+def _ask_server(args: argparse.Namespace, path: str, body: dict[str, Any] | None = None,
+                missing: str | None = None) -> Any:
+    """The JSON answer of the server at --host to GET `path` (POST `body`); `missing`: the message of its 404."""
     import urllib.error  # here: 40 ms of imports (http, email) that every other command's start would pay
     import urllib.request
 
-    url = server_url(args.host) + "/api/ps"
+    url = server_url(args.host) + path
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    data = None if body is None else json.dumps(body).encode()
+    if data is not None:
+        headers["Content-Type"] = "application/json"
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as resp:
-            models = json.loads(resp.read())["models"]
+        with urllib.request.urlopen(urllib.request.Request(url, data, headers), timeout=60) as resp:
+            return json.loads(resp.read())
     except urllib.error.HTTPError as exc:
+        if exc.code == 404 and missing is not None:
+            raise InvalidParameterError(missing, field="model") from None
         raise InvalidParameterError(f"{url}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}",
                                     field="host") from None
     except (urllib.error.URLError, OSError) as exc:
         raise InvalidParameterError(f"cannot reach {url}: {exc}: is `llamaplug serve` running there?",
                                     field="host") from None
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    # Ollama's `stop`: an empty generate request with keep_alive 0, silent when done
+    _ask_server(args, "/api/generate", {"model": args.model, "keep_alive": 0},
+                missing=f"couldn't find model {args.model!r} to stop (`llamaplug ps` lists the loaded ones)")
+    return 0
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    models = _ask_server(args, "/api/ps")["models"]
     rows = [("NAME", "SIZE", "CONTEXT", "UNTIL")]
     for m in models:
         until = m.get("expires_at", "")
@@ -187,7 +206,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
 
 
 def add_model_commands(sub: argparse._SubParsersAction) -> None:
-    """pull, list, show, rm and ps on the `llamaplug` parser."""
+    """pull, list, show, rm, ps and stop on the `llamaplug` parser."""
     where = "org/repo[:TAG] (TAG: a quantization such as Q4_K_M, Q8_0; hf.co/org/repo[:TAG] too)"
     pull = sub.add_parser("pull", help="download a GGUF model from the Hugging Face Hub into its cache")
     pull.add_argument("model", help=where)
@@ -204,7 +223,12 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     rm.add_argument("model", nargs="+", help=f"{where} (without a TAG the whole repository), or a GGUF file")
     rm.set_defaults(func=cmd_rm)
     ps = sub.add_parser("ps", help="the models a running `llamaplug serve` has loaded")
-    ps.add_argument("--host", help="its address: host[:port], a port of this machine or a URL (default: "
-                    "LLAMAPLUG_HOST, OLLAMA_HOST or 127.0.0.1:8080)")
-    ps.add_argument("--api-key", help="the server's --api-key")
+    stop = sub.add_parser("stop", help="unload a model from a running `llamaplug serve` (it stays served: its next "
+                          "request loads it again)")
+    stop.add_argument("model", help="its name on that server, as `ps` lists it")
+    for parser in (ps, stop):
+        parser.add_argument("--host", help="its address: host[:port], a port of this machine or a URL (default: "
+                            "LLAMAPLUG_HOST, OLLAMA_HOST or 127.0.0.1:8080)")
+        parser.add_argument("--api-key", help="the server's --api-key")
     ps.set_defaults(func=cmd_ps)
+    stop.set_defaults(func=cmd_stop)
