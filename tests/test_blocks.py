@@ -131,6 +131,7 @@ def test_perf_counters(llama):
 
 
 def test_native_log_goes_to_logging(smollm2_path, caplog):
+    level = lp.blocks._native_log.log.level
     lp.blocks._native_log.set_level("info")
     try:
         with caplog.at_level(logging.INFO, logger="llamaplug.native"):
@@ -138,6 +139,7 @@ def test_native_log_goes_to_logging(smollm2_path, caplog):
             model.close()
     finally:
         lp.blocks._native_log.set_level("error")
+        lp.blocks._native_log.log.setLevel(level)  # set_level only lowers it: else INFO for every later test file
     native = [r for r in caplog.records if r.name == "llamaplug.native"]
     assert any("llama_model_loader" in r.getMessage() or "print_info" in r.getMessage() for r in native)
 
