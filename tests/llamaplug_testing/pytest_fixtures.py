@@ -7,6 +7,7 @@ vendor/llama.cpp's, on the path through the root pyproject's `pythonpath`.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,9 +21,25 @@ from .servers import free_port
 from .settings import THREADS
 
 
+_DATA_HOME = pytest.StashKey[tuple[str | None, str]]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    # A server a test starts keeps its Responses in $XDG_DATA_HOME: one folder for this run, not the user's.
-    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="llamaplug-data-")
+    # A server a test starts keeps its Responses in $XDG_DATA_HOME: one folder for this run, not the user's. Set for
+    # the whole process on purpose (the servers and CLIs the tests start inherit it); nothing else here reads it.
+    folder = tempfile.mkdtemp(prefix="llamaplug-data-")
+    config.stash[_DATA_HOME] = os.environ.get("XDG_DATA_HOME"), folder
+    os.environ["XDG_DATA_HOME"] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # Each run (and each xdist worker) left its folder and responses.sqlite3 in /tmp.
+    previous, folder = config.stash[_DATA_HOME]
+    if previous is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = previous
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
