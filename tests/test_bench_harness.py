@@ -16,9 +16,14 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
+_PATH = list(sys.path)
 sys.path.insert(0, str(BENCH))
 import run  # noqa: E402
 from _shared import Workload  # noqa: E402
+
+# The bench's scripts put bench/ (and, through peer_env, backend_cpu's source folder) first on sys.path: fine for a
+# script, but here it was every later test file's path too (their `variants`, `probe`, `run` were importable).
+sys.path[:] = _PATH
 
 RESULTS = sorted((BENCH / "results").glob("*.json"))
 
