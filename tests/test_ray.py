@@ -93,6 +93,44 @@ def test_the_bridge_relays_an_asgi_answer_and_a_disconnect():
     assert sent == ["waiting", "told"]
 
 
+def test_a_stream_whose_replica_dies_ends_with_its_apis_error_event_in_plain_words():
+    """The ingress's end of a stream cut by a lost replica (the killed-replica test below, on a cluster): its API's
+    error event, with no Ray class in its message (was "... was lost: ActorDiedError")."""
+    if ray is None:
+        pytest.skip('needs Ray: pip install "llamaplug[ray]"')
+    from llamaplug.integrations.ray import STOPPED, _rest
+
+    class Dying:  # a Serve streaming handle's answer whose actor dies after one chunk
+        def __init__(self):
+            self.chunks, self.cancelled = [b"data: {}\n\n"], False
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            if self.chunks:
+                return self.chunks.pop()
+            raise ray.exceptions.ActorDiedError()
+
+        def cancel(self):
+            self.cancelled = True
+
+    async def read(path):
+        stream = Dying()
+        chunks = [chunk async for chunk in _rest(stream, b"data: {}\n\n", path)]
+        assert stream.cancelled and chunks[:2] == [b"data: {}\n\n"] * 2
+        return chunks[2].decode()
+
+    openai_end = asyncio.run(read("/v1/completions"))
+    assert openai_end.endswith("\n\ndata: [DONE]\n\n")
+    assert json.loads(openai_end.split("\n")[0].removeprefix("data: "))["error"] == {
+        "message": STOPPED, "type": "server_error", "param": None, "code": "closed"}
+    for path, where in (("/v1/messages", "error"), ("/v1/responses", None)):  # Anthropic's, the Responses API's
+        kind, data = asyncio.run(read(path)).split("\n")[:2]
+        event = json.loads(data.removeprefix("data: "))
+        assert kind == "event: error" and (event[where] if where else event)["message"] == STOPPED
+
+
 def test_serve_ray_without_ray_says_what_to_install(smollm2_path):
     code = ("import sys; sys.modules['ray'] = None; from llamaplug.cli import main; "
             f"sys.exit(main(['serve', '--ray', '-m', {str(smollm2_path)!r}, '-c', '512']))")
@@ -385,6 +423,8 @@ def _replica_pids() -> set[int]:
 
 @pytest.mark.ray
 def test_a_killed_replica_costs_only_its_requests_and_comes_back(ingress):
+    from llamaplug.integrations.ray import STOPPED
+
     before = _replicas(ingress)
     pids = _replica_pids()
     assert len(before) == 2 and len(pids) == 2
@@ -402,11 +442,13 @@ def test_a_killed_replica_costs_only_its_requests_and_comes_back(ingress):
     failed = [body for status, body, _ in (f.result() for f in plain_ones) if status != 200]
     for body in failed:
         assert body["error"]["code"] == "replica_unavailable" and body["error"]["type"] == "server_error"
+        assert "Error" not in body["error"]["message"], body  # plain words, no Ray class (was ActorDiedError)
     for status, events in (f.result() for f in streams):
         assert status == 200 and events[-1] is None  # [DONE]
         if "error" in events[-2]:  # cut: the status line was out when its replica died
             failed.append(events[-2])
             assert events[-2]["error"]["type"] == "server_error"
+            assert events[-2]["error"]["message"] == STOPPED  # (was "... was lost: ActorDiedError")
         else:  # a normal end: these requests sample at the server's default temperature, so EOS may come first
             assert events[-2]["choices"][0]["finish_reason"] in ("length", "stop")
     print(f"replica {victim} killed under {len(prompts)} requests: {len(failed)} failed")
@@ -464,6 +506,7 @@ def test_a_replica_stopped_mid_stream_ends_it_with_an_error_event_after_the_grac
     the app."""
     import threading
 
+    from llamaplug.integrations.ray import STOPPED
     from llamaplug.server.shutdown import DEFAULT_GRACE
 
     asks = {"/v1/completions": {"prompt": "Count from 1 to 1000: 1, 2, 3,", "max_tokens": 2000},
@@ -506,9 +549,11 @@ def test_a_replica_stopped_mid_stream_ends_it_with_an_error_event_after_the_grac
     print(f"\nreplicas deleted under 2 streams: they ended {took[0]:.1f} s, {took[1]:.1f} s later "
           f"({anthropic_events[-1]['type']})")
     assert openai_events[-1] is None and "error" in openai_events[-2], openai_events[-3:]
+    assert openai_events[-2]["error"]["message"] == STOPPED  # the ingress's, in plain words
     assert DEFAULT_GRACE - 1 < took[0] < DEFAULT_GRACE + 8
     # the chat reply may end by itself within the grace time (as its API ends one), else it is cut as the other
     if took[1] > DEFAULT_GRACE - 1:
         assert anthropic_events[-1]["type"] == "error" and took[1] < DEFAULT_GRACE + 8, anthropic_events[-3:]
+        assert anthropic_events[-1]["error"]["message"] == STOPPED
     else:
         assert anthropic_events[-1]["type"] == "message_stop"

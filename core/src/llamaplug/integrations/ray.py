@@ -52,6 +52,8 @@ REPLICA_HEADER = "x-llamaplug-replica"
 _LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.RaySystemError)
 
 _PINNED_TIMEOUT_S = 30.0
+# What a client is told of a lost replica (Ray's exception, which names Ray's classes, goes to the log)
+STOPPED = "the replica serving this request stopped"
 
 AppFactory = Callable[[int], ASGIApp]  # n_threads -> the replica's ASGI app
 
@@ -125,7 +127,6 @@ class Ingress:
                  "replica": request.headers.get(REPLICA_HEADER)}
         # A pinned replica that is gone would be waited for (Serve's router retries until it is back): not long.
         timeout = min(self._timeout, _PINNED_TIMEOUT_S) if route["replica"] else self._timeout
-        lost: BaseException | None = None
         for _ in range(2):  # one retry: nothing has reached the client yet
             stream = self._replicas.forward.remote(forwarded, **route)
             try:
@@ -137,7 +138,6 @@ class Ingress:
                 return _relay(head, Response(body, status_code=head.status))
             except _LOST as exc:
                 stream.cancel()
-                lost = exc
                 log.warning("request %s %s: replica lost (%s)", forwarded.method, forwarded.path, exc)
             except asyncio.TimeoutError:  # slow, not lost: another try would only wait as long again
                 stream.cancel()
@@ -145,11 +145,12 @@ class Ingress:
             except asyncio.CancelledError:  # the client left while the replica worked: stop it
                 stream.cancel()
                 raise
-            except ray.exceptions.RayError as exc:  # the replica's own code failed: no other would do better
+            except ray.exceptions.RayError:  # the replica's own code failed: no other would do better
                 stream.cancel()
                 log.exception("request %s %s failed in its replica", forwarded.method, forwarded.path)
-                return _error(ServerFaultError(f"the replica failed: {type(exc).__name__}", code="replica_error"))
-        return _error(UnavailableError(f"no replica could answer: {type(lost).__name__}: {lost}".splitlines()[0],
+                return _error(ServerFaultError("the replica failed (the server's log says why)",
+                                               code="replica_error"))
+        return _error(UnavailableError(f"no replica could answer: {STOPPED}, and the one it was retried on too",
                                        code="replica_unavailable"))
 
 
@@ -183,7 +184,8 @@ async def _rest(stream: Any, first: bytes, path: str) -> AsyncIterator[bytes]:
     except _LOST as exc:
         from ..server.dialects import OPENAI
 
-        lost = ClosedError(f"the replica serving this stream was lost: {type(exc).__name__}")
+        log.warning("stream %s: replica lost (%s)", path, f"{type(exc).__name__}: {exc}".splitlines()[0])
+        lost = ClosedError(STOPPED)
         dialect = _dialects()(path)
         # OpenAI's streams end with [DONE]; Anthropic's, the Responses API's and llama-server's with their error
         yield (dialect.stream_error(lost) + ("data: [DONE]\n\n" if dialect is OPENAI else "")).encode()
