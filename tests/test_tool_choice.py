@@ -114,6 +114,7 @@ def test_a_call_cut_by_max_tokens_ends_as_length(llama):
 QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 GPT_OSS_CALL = ' to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}'
 GPT_OSS_THINK = "<|channel|>analysis<|message|>Call get_weather.<|end|><|start|>assistant"
+GLM_CALL = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n{}</tool_call>"
 R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris"}\n'
            '```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
 
@@ -127,6 +128,9 @@ R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜t
     ("openai-gpt-oss-120b.jinja", [GPT_OSS_CALL, GPT_OSS_THINK + GPT_OSS_CALL],
      ["<|channel|>commentary<|message|>Sure!<|end|><|start|>assistant" + GPT_OSS_CALL,
       GPT_OSS_THINK + GPT_OSS_THINK + GPT_OSS_CALL]),
+    # GLM: llama.cpp's parser reads the function up to a lookahead at "</tool_call>" and refuses whitespace before
+    # it, which its grammar's `space` takes (SmolLM2 wrote "\n\n" there: the reply was a parse error)
+    ("GLM-4.6.jinja", [GLM_CALL.format("")], [GLM_CALL.format("\n"), GLM_CALL.format(" ")]),
 ])
 def test_the_grammar_starts_at_the_call_after_the_thinking(llama, name, takes, refuses):
     """What the requests above rely on, in the grammar itself (llama.cpp's takes every text here): no text
@@ -356,3 +360,17 @@ def test_a_forced_gemma4_call_has_its_schemas_keys_and_value_types(llama):
                        ("place", f"city:{s('Paris')}")):
         assert not _accepts(llama, grammar, params["generation_prompt"] + call(name, args)), args
     templates.close()
+
+
+def test_a_template_that_renders_no_call_refuses_a_forced_one(llama):
+    """Granite 3.3's template shows the tools and asks for "<|tool_call|>" in prose, but renders no call: llama.cpp's
+    chat layer finds no call format in it, so a "required" reply has no grammar and a call would not be read
+    (bench/tool_choice_sweep.py: text until max_tokens). A forced call is refused before generation; "auto" is
+    rendered as llama-server renders it."""
+    given = dict(tools=TOOLS, chat_template=(TEMPLATE_DIR / "ibm-granite-granite-3.3-2B-Instruct.jinja").read_text(),
+                 max_tokens=1)
+    for choice in ("required", NAMED):
+        with pytest.raises(lp.InvalidParameterError, match="no tool-call format") as caught:
+            llama.create_chat_completion(ASK, tool_choice=choice, **given)
+        assert caught.value.field == "tool_choice"
+    assert llama.create_chat_completion(ASK, tool_choice="auto", **given).choices[0].finish_reason == "length"

@@ -68,6 +68,7 @@ def call_first(params: dict[str, Any], parallel: bool | None = None, tools: list
             line = f"{name} ::= {body}"
         lines.append(line)
     lines = _one_thinking(lines, reasoning, _call_rules(arena) | {"tool-call"})
+    lines = _no_space_before_lookahead(lines, arena)
     lines = _gemma4_args(_args_once(_bound_strings(lines, arena, tools), arena, tools), tools)
     out = "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
     if out == grammar:
@@ -249,6 +250,63 @@ def _one_thinking(lines: list[str], reasoning: set[str], calls: set[str]) -> lis
             alts, _ = _parse(bodies[name])
             if once(alts):
                 line = f"{name} ::= {_render(alts)}"
+        out.append(line)
+    return out
+
+
+def _lookahead_end(arena: dict[str, Any], at: int) -> str | None:
+    """The literal a parser ends by looking ahead at (GLM's function: `... &"</tool_call>"`), or None."""
+    parsers = arena["parsers"]
+    for _ in range(8):
+        node = parsers[at]
+        if node["type"] == "sequence" and node["children"]:
+            at = node["children"][-1]
+        elif node["type"] in ("atomic", "tag"):
+            at = node["child"]
+        elif node["type"] == "and":
+            inner = parsers[node["child"]]
+            return str(inner["literal"]) if inner["type"] == "literal" and inner["literal"].strip() else None
+        else:
+            return None
+    return None
+
+
+def _no_space_before_lookahead(lines: list[str], arena: dict[str, Any]) -> list[str]:
+    """`lines` without the `space` between a rule whose parser ends by looking ahead at a literal and that literal.
+    llama.cpp writes no lookahead into GBNF: GLM's `tool-call ::= "<tool_call>" space (tool-get-time) space
+    "</tool_call>"` takes whitespace before the close that the parser's `tool-get-time` (`... &"</tool_call>"`)
+    refuses, and SmolLM2 wrote it: the reply was an error ("does not match the expected format")."""
+    ends = {}
+    for node in arena["parsers"]:
+        if node["type"] == "rule":
+            end = _lookahead_end(arena, node["child"])
+            if end is not None:
+                ends[node["name"]] = _gbnf_literal(end)
+    if not ends:
+        return lines
+    out = []
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        tokens = _TOKEN.findall(body) if sep else []
+        keep = []
+        for i, tok in enumerate(tokens):
+            if tok == "space" and 0 < i < len(tokens) - 1 and keep:
+                before = keep[-1]
+                if before == ")":  # the group just closed: each name in it must end by looking ahead at the literal
+                    depth, j = 0, len(keep) - 1
+                    while j >= 0:
+                        depth += {")": 1, "(": -1}.get(keep[j], 0)
+                        if depth == 0:
+                            break
+                        j -= 1
+                    names = [t for t in keep[j + 1:-1] if t not in ("|", "(", ")")]
+                else:
+                    names = [before]
+                if names and all(ends.get(n) == tokens[i + 1] for n in names):
+                    continue
+            keep.append(tok)
+        if len(keep) != len(tokens):
+            line = f"{name} ::= {' '.join(keep)}"
         out.append(line)
     return out
 
