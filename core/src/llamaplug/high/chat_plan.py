@@ -207,6 +207,14 @@ def plan_chat(llama: Llama, spec: ChatSpec, messages: list[dict[str, Any]] | Non
             "would not see them; give a template that does: chatml-tools for a ChatML model "
             "(chat_template=\"chatml-tools\", llama_cpp.Llama's chat_format=\"chatml-tools\", "
             "--chat-template chatml-tools), a model maker's own, or tool_choice=\"none\"", field="tools")
+    if refuse_unseen_tools and names and request["tool_choice"] == "required" and not params.get("grammar"):
+        # The template shows the tools but renders no call (Granite 3.3's asks for "<|tool_call|>" in prose):
+        # llama.cpp's chat layer found no call format in it, so it has no grammar to force one and no parser to
+        # read one; the reply would be text with no call whatever the model wrote.
+        raise InvalidParameterError(
+            "this chat template shows the tools but has no tool-call format llama.cpp's chat layer can write or read "
+            "(it renders no call), so a call cannot be forced: give a template that renders calls, or "
+            "tool_choice=\"auto\"", field="tool_choice")
     return ChatPlan(params, spec.reasoning_format or params.get("reasoning_format", "auto"), spec.response_format)
 
 
