@@ -16,7 +16,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-pytest_plugins = ["llamaplug_testing.pytest_fixtures", "llamaplug_testing.ci_skips"]
+pytest_plugins = ["llamaplug_testing.pytest_fixtures", "llamaplug_testing.ci_skips", "llamaplug_testing.isolation"]
 
 for _src in sorted(Path(__file__).parent.glob("plugins/*/src")):
     _packages = [p.name for p in _src.iterdir() if (p / "__init__.py").exists()]

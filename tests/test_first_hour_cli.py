@@ -17,6 +17,7 @@ import urllib.request
 import openai
 import pytest
 from llamaplug_testing import Terminal, llamaplug_server
+from llamaplug_testing.isolation import serve_logging_put_back
 
 import llamaplug as lp
 
@@ -232,7 +233,8 @@ def test_the_collector_runs_again_after_a_command_and_after_a_failed_serve(tmp_p
     from llamaplug.cli import main
 
     assert gc.isenabled()
-    assert main(["serve", "-m", str(tmp_path / "missing.gguf"), "--port", "0"]) == 1
+    with serve_logging_put_back():  # else the root logger stays at ERROR for the later test files of this process
+        assert main(["serve", "-m", str(tmp_path / "missing.gguf"), "--port", "0"]) == 1
     assert gc.isenabled()
     assert main(["inspect", str(tmp_path / "missing.gguf")]) == 1
     assert gc.isenabled()
@@ -240,7 +242,8 @@ def test_the_collector_runs_again_after_a_command_and_after_a_failed_serve(tmp_p
     try:
         assert main(["inspect", str(tmp_path / "missing.gguf")]) == 1
         assert not gc.isenabled()
-        assert main(["serve", "-m", str(tmp_path / "missing.gguf"), "--port", "0"]) == 1
+        with serve_logging_put_back():
+            assert main(["serve", "-m", str(tmp_path / "missing.gguf"), "--port", "0"]) == 1
         assert not gc.isenabled()
         cli._started()  # the end of a serve's start turns on only what main() itself held off
         assert not gc.isenabled()
