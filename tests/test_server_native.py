@@ -14,6 +14,9 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,7 +26,8 @@ from typing import Any
 import openai
 import pytest
 from fixtures.tiny_gguf import FIM, write_tiny_model, write_tiny_reranker
-from llamaplug_testing import llama_server, llamaplug_server
+from llamaplug_testing import THREADS, free_port, llama_server, llamaplug_server
+from llamaplug_testing.servers import wait_healthy
 
 CTX = 1024  # one slot of 1024 positions on both
 SCRIPT_PROMPT = "The capital of France is"
@@ -117,6 +121,8 @@ def llama_server_script(port: int) -> dict[str, tuple[int, Any]]:
         # SmolLM2's template has no place for tools: rendered without them, as llama-server renders it
         "apply_template_tools": call(port, "/apply-template", {"messages": [{"role": "user", "content": "Hi"}],
                                                                "tools": [WEATHER]}),
+        "apply_template_no_tools": call(port, "/apply-template", {"messages": [{"role": "user", "content": "Hi"}],
+                                                                  "tools": []}),
         "props": call(port, "/props", method="GET"),
         "slots": call(port, "/slots", method="GET"),
         "slot_save": call(port, "/slots/0?action=save", {"filename": "script-slot.bin"}),
@@ -254,7 +260,7 @@ def test_stream_is_llama_servers(both):
 
 
 @pytest.mark.parametrize("name", ["tokenize", "tokenize_pieces", "detokenize", "apply_template",
-                                  "apply_template_tools"])
+                                  "apply_template_tools", "apply_template_no_tools"])
 def test_token_and_template_endpoints_answer_the_same(both, name):
     assert both["ours"][name] == both["theirs"][name]
 
@@ -492,3 +498,49 @@ def test_single_model_serves_any_name_and_several_keep_the_404(llama):
     with pytest.raises(ApiError) as err:
         two.resolve("gpt-4o-mini")
     assert err.value.status == 404 and err.value.param == "model" and "'smol', 'other'" in str(err.value)
+
+
+def _metric(text: str, name: str) -> float:
+    """llama-server's unlabelled line of `name` (the pin's test_sleep.py reads exactly one)."""
+    lines = [line for line in text.splitlines() if line.startswith(f"llamacpp:{name} ")]
+    assert len(lines) == 1, name
+    return float(lines[0].split()[1])
+
+
+def test_sleep_metrics_and_gcp_predict_as_the_pins_suite_asks(smollm2_path):
+    """What the pin's test_sleep.py, test_metrics.py and test_compat_gcp.py ask of llama-server, on one serve:
+    --sleep-idle-seconds (a sleeping model's /props answers without waking it), llama-server's unlabelled
+    /metrics lines with the throughput of what finished since the last scrape, and Vertex AI's /predict with
+    AIP_MODE=PREDICTION (AIP_HTTP_PORT replacing --port)."""
+    port = free_port()
+    env = {**os.environ, "AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port)}
+    proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(smollm2_path), "--port", "1",
+                             "-t", str(THREADS), "-np", "1", "--sleep-idle-seconds", "2", "--metrics"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_healthy(proc, port, "llamaplug serve")
+        status, body = call(port, "/predict", {"instances": [
+            {"@requestFormat": "chatCompletions", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]},
+            {"@requestFormat": "/tokenize", "content": "Hello"}, {"@requestFormat": "nope"}]})
+        assert status == 200
+        chat, tokens, unknown = body["predictions"]
+        assert chat["choices"][0]["message"]["role"] == "assistant" and tokens["tokens"]
+        assert unknown["error"]["message"] == "no handler registered for @requestFormat: nope"
+        done = call(port, "/completion", {"prompt": SCRIPT_PROMPT, "n_predict": 4, "ignore_eos": True})[1]
+        text = _metrics(port)
+        assert _metric(text, "tokens_predicted_total") == chat["timings"]["predicted_n"] + 4
+        assert _metric(text, "prompt_tokens_total") == chat["timings"]["prompt_n"] + done["timings"]["prompt_n"]
+        assert _metric(text, "prompt_seconds_total") > 0 and _metric(text, "n_busy_slots_per_decode") == 1
+        assert _metric(text, "predicted_tokens_seconds") > 0  # the two requests since the start
+        assert _metric(_metrics(port), "predicted_tokens_seconds") == 0  # none since the last scrape
+        deadline = time.monotonic() + 30
+        while not (props := call(port, "/props", method="GET")[1])["is_sleeping"]:
+            assert time.monotonic() < deadline, "never slept"
+            time.sleep(0.2)
+        assert props["model_alias"] == Path(smollm2_path).stem and props["total_slots"] == 1
+        assert call(port, "/props", method="GET")[1]["is_sleeping"]  # /props does not wake it
+        assert call(port, "/tokenize", {"content": "Hello"})[0] == 200
+        assert not call(port, "/props", method="GET")[1]["is_sleeping"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -180,7 +180,8 @@ _ALWAYS_ON = {
 
 
 # llama-server's other spellings of flags the serve parser has under another name.
-_SPELLINGS = {"-cram": "--cache-ram", "-mm": "--mmproj", "--gpu-layers": "--n-gpu-layers"}
+_SPELLINGS = {"-cram": "--cache-ram", "-mm": "--mmproj", "--gpu-layers": "--n-gpu-layers",
+              "--sleep-idle-seconds": "--sleep-idle"}
 
 
 class _Refused(argparse.Action):

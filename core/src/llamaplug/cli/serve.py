@@ -108,8 +108,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.port == 0 and sum(not h.strip().endswith(".sock") for h in args.host.split(",") if h.strip()) > 1:
         raise InvalidParameterError("--port 0 takes one TCP address in --host (each would get another port)",
                                     field="port")
+    from ..server.gcp import Gcp
     from ..server.listen import sockets
 
+    gcp = Gcp.from_env(os.environ)  # llama-server's Google Cloud Platform compat (AIP_MODE=PREDICTION)
+    if gcp is not None and gcp.port != args.port:
+        serve_log.log.warning("Google Cloud Platform compat: overriding the port %d with AIP_HTTP_PORT %d",
+                              args.port, gcp.port)
+        args.port = gcp.port
     bound = sockets(args.host, args.port)  # before the load: a busy port is said now, not after it
     loading = None
     if len(specs) == 1:  # one model: load it now, so a bad file fails here rather than at the first request
@@ -167,6 +173,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app.state.builtin_tools = args.tools
         serve_log.log.warning("--tools %s: /tools reads, writes and runs anything as this user for whoever reaches "
                               "the server (experimental)", ",".join(args.tools))
+    if gcp is not None:  # after every other route: @requestFormat names any of them
+        from ..server import gcp as gcp_routes
+
+        gcp_routes.install(app, gcp)
     if args.mcp_config is not None:  # the servers are started once here to list their tools, then per call
         import asyncio
 

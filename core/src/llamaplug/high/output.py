@@ -73,10 +73,16 @@ class Emitter:
         if job.done:
             return
         job.done = True
+        stats = self._stats
         if isinstance(event, BaseException):
-            self._stats.errors += 1
+            stats.errors += 1
         else:
-            self._stats.finished += 1
+            stats.finished += 1
+            if event.timings is not None:
+                t = event.timings
+                stats.prompt_ms += t.prompt_ms
+                stats.predicted_ms += t.predicted_ms
+                stats.n_tokens_max = max(stats.n_tokens_max, t.prompt_tokens + t.predicted_tokens)
         self.emit(job, event)
         if job.own_sampler:
             job.sampler.close()

@@ -85,6 +85,7 @@ class Runner:
             self.fail(rows, exc)
             return
         self._stats.decode_steps += 1
+        self._stats.busy_slot_steps += len(rows)
         if self._drafter is not None and self._generating[0]:
             self._drafter.decoded(*self._generating, seconds)
         end = 0  # one past the slot's last token in the batch: its logits row when its prompt is read
@@ -142,6 +143,7 @@ class Runner:
             return
         slot.media_read(n_past)  # positions no text prompt can match: no prefix reuse past media
         self._stats.decode_steps += 1
+        self._stats.busy_slot_steps += 1
         self._emitter.output(slot, -1)
 
     def _verify(self, slot: Slot, first: int) -> None:

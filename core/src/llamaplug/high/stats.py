@@ -26,5 +26,11 @@ class EngineStats:
     accepted_tokens: int = 0
     drafts: int = 0  # drafts checked: one per sequence and decode with guesses (llama-server's n_draft_verif_steps)
     decode_steps: int = 0
+    # llama-server's timing sums and decode shape (its /metrics): milliseconds reading prompts and generating (each
+    # finished request's timings), sequences summed over decode steps, the most tokens one sequence held
+    prompt_ms: float = 0.0
+    predicted_ms: float = 0.0
+    busy_slot_steps: int = 0
+    n_tokens_max: int = 0
     busy_slots: int = 0
     waiting: int = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -26,6 +27,7 @@ from .chat_settings import ChatSettings
 from .cors import Cors
 from .metrics import Metrics
 from .middleware import CorsGuard, Counted, JsonBody, KeyGuard
+from .native.props import props_of
 from .registry import ModelRegistry, Served
 from .response_store import ResponseStore
 from .routers import ROUTERS
@@ -65,11 +67,13 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     (its paths answer 404, as llama-server's --no-webui)."""
     metrics = Metrics(registry.engines)
     registry.on_unload(metrics.retire)
+    props_asleep: dict[str, dict[str, Any]] = {}  # a sleeping model's /props, read as it fell asleep
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         for name in registry.names():  # a big model's sha256 (/api/tags' digest) before a client lists it
             hash_in_background(registry.params(name).model_path)
+        registry.idle_from_now()
         yield
         await asyncio.to_thread(registry.close)
 
@@ -83,6 +87,8 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.state.slot_save_path = slot_save_path
     app.state.endpoint_slots = endpoint_slots
     app.state.webui = webui
+    app.state.props_asleep = props_asleep
+    registry.on_sleep(lambda name, served: props_asleep.__setitem__(name, props_of(app.state, served)))
     # /v1/responses' kept responses: this process's only; `llamaplug serve` puts them in a file (--responses-db)
     app.state.responses = ResponseStore()
     # (the last added runs first)

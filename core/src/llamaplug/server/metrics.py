@@ -34,16 +34,20 @@ _COUNTERS = (
     ("accepted_tokens", "drafted tokens the model's own sampling agreed with"),
     ("drafts", "drafts checked (one per sequence and decode that had guesses)"),
 )
-_NAMES = [name for name, _ in _COUNTERS]
+# kept for llama-server's families only (no llamaplug_* series): n_tokens_max is a maximum, the rest sums
+_NAMES = [name for name, _ in _COUNTERS] + ["prompt_ms", "predicted_ms", "busy_slot_steps", "n_tokens_max"]
 
-# llama-server's counters, from ours (a model's counters: unloaded engines' included). Its timing sums
-# (prompt_seconds_total, tokens_predicted_seconds_total) and per-position acceptance are not kept here.
+# llama-server's counters, from ours (a model's counters: unloaded engines' included). Its per-position
+# acceptance is not kept here.
 _LLAMA_SERVER_COUNTERS = (
     ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
      lambda c: c["prompt_tokens"] - c["cached_tokens"]),
     ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", lambda c: c["cached_tokens"]),
     ("tokens_predicted_total", "Number of generation tokens processed", lambda c: c["generated_tokens"]),
     ("n_decode_total", "Total number of llama_decode() calls", lambda c: c["decode_steps"]),
+    ("prompt_seconds_total", "Prompt process time", lambda c: c["prompt_ms"] / 1e3),
+    ("tokens_predicted_seconds_total", "Predict process time", lambda c: c["predicted_ms"] / 1e3),
+    ("n_tokens_max", "Largest observed n_tokens", lambda c: c["n_tokens_max"]),
     ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", lambda c: c["drafted_tokens"]),
     ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
      lambda c: c["accepted_tokens"]),
@@ -68,21 +72,32 @@ class Metrics:
         self.http_errors = 0
         self._window = window
         self._samples: defaultdict[str | None, deque[tuple[float, int]]] = defaultdict(deque)
-        self._retired: defaultdict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_NAMES, 0))
+        self._retired: defaultdict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(_NAMES, 0))
+        # llama-server's throughput gauges are over what finished since the last scrape (its metrics "buckets",
+        # reset by each scrape): the counters at the last scrape, per model and (None) all
+        self._scraped: dict[str | None, dict[str, float]] = {}
 
     def retire(self, model: str, engine: Engine) -> None:
         """Keep the counters of `model`'s engine, which is closing (the model is unloaded)."""
-        for name in _NAMES:
-            self._retired[model][name] += getattr(engine.stats, name)
+        _add(self._retired[model], engine)
 
-    def _counters(self) -> dict[str, dict[str, int]]:
+    def _counters(self) -> dict[str, dict[str, float]]:
         """model -> counter -> value, unloaded models' included."""
         out = {m: dict(c) for m, c in self._retired.items()}
         for model, engine in self.engines():
-            mine = out.setdefault(model, dict.fromkeys(_NAMES, 0))
-            for name in _NAMES:
-                mine[name] += getattr(engine.stats, name)
+            _add(out.setdefault(model, dict.fromkeys(_NAMES, 0)), engine)
         return out
+
+    def _since_scrape(self, key: str | None, now: dict[str, float]) -> tuple[float, float]:
+        """llama-server's prompt_tokens_seconds and predicted_tokens_seconds of `key`: tokens per second of the
+        requests that finished since the last scrape (0 where none did); this scrape starts the next bucket."""
+        last = self._scraped.get(key) or dict.fromkeys(_NAMES, 0)
+        self._scraped[key] = now
+        read = (now["prompt_tokens"] - now["cached_tokens"]) - (last["prompt_tokens"] - last["cached_tokens"])
+        prompt_ms, predicted_ms = now["prompt_ms"] - last["prompt_ms"], now["predicted_ms"] - last["predicted_ms"]
+        generated = now["generated_tokens"] - last["generated_tokens"]
+        return (1e3 * read / prompt_ms if prompt_ms > 0 else 0.0,
+                1e3 * generated / predicted_ms if predicted_ms > 0 else 0.0)
 
     def _rate(self, key: str | None, total: int) -> float:
         """Tokens per second of `key` (a model, None: all) over about the last `window` seconds (between
@@ -123,23 +138,45 @@ class Metrics:
                       f"llamaplug_{name}_total {value}"]
         return "\n".join(lines + self._llama_server(counters, engines)) + "\n"
 
-    def _llama_server(self, counters: dict[str, dict[str, int]], engines: list[tuple[str, Engine]]) -> list[str]:
+    def _llama_server(self, counters: dict[str, dict[str, float]], engines: list[tuple[str, Engine]]) -> list[str]:
+        """llama-server's families: each its unlabelled line as llama-server writes it (over every model: a
+        single-model server's are llama-server's own values), then one line per model with a `model` label."""
+        whole: dict[str, float] = dict.fromkeys(_NAMES, 0)
+        for c in counters.values():
+            for name in _NAMES:
+                whole[name] = max(whole[name], c[name]) if name == "n_tokens_max" else whole[name] + c[name]
         lines: list[str] = []
         for name, doc, value in _LLAMA_SERVER_COUNTERS:
-            lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} counter"]
+            lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} counter",
+                      f"llamacpp:{name} {value(whole)}"]
             lines += [f"llamacpp:{name}{{model={_label(m)}}} {value(c)}" for m, c in counters.items()]
         for name, doc, gauge in _LLAMA_SERVER_GAUGES:
-            lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} gauge"]
+            lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} gauge",
+                      f"llamacpp:{name} {sum(gauge(e) for _, e in engines)}"]
             lines += [f"llamacpp:{name}{{model={_label(m)}}} {gauge(e)}" for m, e in engines]
-        lines += ["# HELP llamacpp:predicted_tokens_seconds Average generation throughput in tokens/s",
-                  "# TYPE llamacpp:predicted_tokens_seconds gauge"]
-        lines += [f"llamacpp:predicted_tokens_seconds{{model={_label(m)}}} "
-                  f"{round(self._rate(m, c['generated_tokens']), 3)}" for m, c in counters.items()]
+        rates = {m: self._since_scrape(m, c) for m, c in [(None, whole), *counters.items()]}
+        for i, (name, doc) in enumerate((("prompt_tokens_seconds", "Average prompt throughput in tokens/s"),
+                                         ("predicted_tokens_seconds", "Average generation throughput in tokens/s"))):
+            lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} gauge"]
+            lines += [f"llamacpp:{name}{'' if m is None else f'{{model={_label(m)}}}'} {round(r[i], 3)}"
+                      for m, r in rates.items()]
+        lines += ["# HELP llamacpp:n_busy_slots_per_decode Average number of busy slots per llama_decode() call",
+                  "# TYPE llamacpp:n_busy_slots_per_decode gauge"]
+        lines += [f"llamacpp:n_busy_slots_per_decode{'' if m is None else f'{{model={_label(m)}}}'} "
+                  f"{c['busy_slot_steps'] / c['decode_steps'] if c['decode_steps'] else 0.0}"
+                  for m, c in [(None, whole), *counters.items()]]
         return lines
 
 
-def _generated(counters: dict[str, dict[str, int]]) -> int:
-    return sum(c["generated_tokens"] for c in counters.values())
+def _generated(counters: dict[str, dict[str, float]]) -> int:
+    return int(sum(c["generated_tokens"] for c in counters.values()))
+
+
+def _add(into: dict[str, float], engine: Engine) -> None:
+    """`engine`'s counters added to `into` (n_tokens_max: the larger)."""
+    for name in _NAMES:
+        value = getattr(engine.stats, name)
+        into[name] = max(into[name], value) if name == "n_tokens_max" else into[name] + value
 
 
 def _label(value: str) -> str:

@@ -129,6 +129,7 @@ class ModelRegistry:
         self._loader = loader or load_warm
         self._room: asyncio.Lock | None = None  # one eviction decision at a time (made on first use: needs a loop)
         self._unload_hooks: list[Callable[[str, Engine], None]] = []
+        self._sleep_hooks: list[Callable[[str, Served], None]] = []
         self._tasks: set[asyncio.Task[None]] = set()  # idle unloads and reloads under way
         self._loop: asyncio.AbstractEventLoop | None = None  # the server's, once a request came (engine-stop hooks)
 
@@ -170,6 +171,16 @@ class ModelRegistry:
     def on_unload(self, hook: Callable[[str, Engine], None]) -> None:
         """Call `hook(id, engine)` before a model's engine closes (metrics keep its counters)."""
         self._unload_hooks.append(hook)
+
+    def on_sleep(self, hook: Callable[[str, Served], None]) -> None:
+        """Call `hook(id, served)` before a model going to sleep (--sleep-idle) closes: what a sleeping model
+        still answers (its /props) is read from it then."""
+        self._sleep_hooks.append(hook)
+
+    def sleeping(self, name: str | None) -> str | None:
+        """The id of the model `name` names (a request's `model`: lenient) if it sleeps, else None."""
+        entry = self._entry(name, lenient=True)
+        return entry.id if entry.state is ModelState.SLEEPING and entry.served is None else None
 
     def resolve(self, name: str | None) -> Served:
         """The loaded model named `name` (None: the default one); 404 for an unknown name, 503 for one not loaded."""
@@ -320,6 +331,12 @@ class ModelRegistry:
         self._watch(entry, llama)
         return entry.served
 
+    def idle_from_now(self) -> None:
+        """At the server's start (in its event loop): the idle timers of the models loaded before it, so that one
+        nobody asks for sleeps (or unloads) that long after the start, as llama-server's --sleep-idle-seconds."""
+        for entry in self._entries.values():
+            self._idle.start(entry)
+
     async def load(self, name: str) -> Served:
         """Load the model named `name` now (if it is not loaded), as a request for it would."""
         entry = self._entry(name)
@@ -412,8 +429,12 @@ class ModelRegistry:
             assert served is not None
             for hook in self._unload_hooks:
                 hook(entry.id, served.llama.engine)
-            await asyncio.to_thread(_close, served.llama)
+            for sleep_hook in self._sleep_hooks if state is ModelState.SLEEPING else ():
+                sleep_hook(entry.id, served)
+            # its new state before the close (a thread): a /props during the close reads a sleeping model's
+            # kept answer instead of waiting for the close and loading the model again
             entry.state = state
+            await asyncio.to_thread(_close, served.llama)
             log.info("unloaded %s (%s)", entry.id, state.value)
         finally:
             entry.unloading = None

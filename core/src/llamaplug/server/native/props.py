@@ -29,7 +29,8 @@ from fastapi import Body, Depends, Query, Request
 
 from ...high import saved_state
 from ...high.chat_template import ChatTemplate
-from ..deps import queried_model
+from ..api_error import ModelNotLoadedError
+from ..deps import models, queried_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, BadRequestError, NotSupportedError, ServerFaultError
 from ..registry import Served
@@ -40,7 +41,24 @@ log = logging.getLogger("llamaplug.server.slots")
 
 
 @router.get("/props", responses=ERROR_RESPONSES)
-async def props(request: Request, served: Annotated[Served, Depends(queried_model)]) -> dict[str, Any]:
+async def props(request: Request, model: str | None = None) -> dict[str, Any]:
+    """The model's properties; a sleeping model's (--sleep-idle) as it had them, without waking it (as
+    llama-server: /props is one of the routes a sleeping server answers from what it kept). A loaded model's are
+    read without a lease, so that /props never keeps it awake (nor its keep-alive running)."""
+    registry = models(request)
+    asleep = registry.sleeping(model)
+    kept = request.app.state.props_asleep.get(asleep) if asleep is not None else None
+    if kept is not None:
+        return {**kept, "is_sleeping": True}
+    try:
+        return props_of(request.app.state, registry.resolve(model))
+    except ModelNotLoadedError:
+        async with registry.lease(model) as served:
+            return props_of(request.app.state, served)
+
+
+def props_of(state: Any, served: Served) -> dict[str, Any]:
+    """/props of `served`, loaded (`state`: the app's)."""
     llama, model = served.llama, served.llama.model
     template = ChatTemplate.for_model(model, served.chat_template)
     defaults = llama.params
@@ -50,7 +68,7 @@ async def props(request: Request, served: Annotated[Served, Depends(queried_mode
         "total_slots": llama.engine.n_slots, "model_alias": served.id, "model_path": str(defaults.model_path),
         "modalities": {"vision": llama.projector is not None, "audio": False, "video": False},
         "chat_template": template.source or "", "bos_token": template.bos_token, "eos_token": template.eos_token,
-        "build_info": _build_info(), "endpoint_slots": getattr(request.app.state, "endpoint_slots", True),
+        "build_info": _build_info(), "endpoint_slots": getattr(state, "endpoint_slots", True),
         "endpoint_props": False, "endpoint_metrics": True,
         "is_sleeping": False,
     }

@@ -134,10 +134,12 @@ class ApplyTemplateRequest(_Native):
     continue_final_message: bool | None = None
 
     def chat_fields(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("tools", "tool_choice", "parallel_tool_calls", "response_format",
-                                              "json_schema", "grammar", "reasoning_format", "reasoning_effort",
-                                              "chat_template_kwargs", "add_generation_prompt",
-                                              "continue_final_message")}
+        fields = {k: getattr(self, k) for k in ("tools", "tool_choice", "parallel_tool_calls", "response_format",
+                                                "json_schema", "grammar", "reasoning_format", "reasoning_effort",
+                                                "chat_template_kwargs", "add_generation_prompt",
+                                                "continue_final_message")}
+        # llama-server renders `tools: []` as no tools (a template's `if tools` is false for both)
+        return {**fields, "tools": self.tools or None}
 
 
 class RerankRequest(_Native):
