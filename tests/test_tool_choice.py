@@ -115,6 +115,11 @@ QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}
 GPT_OSS_CALL = ' to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}'
 GPT_OSS_THINK = "<|channel|>analysis<|message|>Call get_weather.<|end|><|start|>assistant"
 GLM_CALL = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n{}</tool_call>"
+KIMI_CALL = ('<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:{}<|tool_call_argument_begin|>'
+             '{{"city": "Paris"}}<|tool_call_end|><|tool_calls_section_end|>')
+MUSE_CALL = (' to={}<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n{}</atem:invoke>\n'
+             '</atem:function_calls>')
+MUSE_CITY = '<atem:parameter name="city">Paris</atem:parameter>\n'
 R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris"}\n'
            '```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
 
@@ -131,6 +136,13 @@ R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜t
     # GLM: llama.cpp's parser reads the function up to a lookahead at "</tool_call>" and refuses whitespace before
     # it, which its grammar's `space` takes (SmolLM2 wrote "\n\n" there: the reply was a parse error)
     ("GLM-4.6.jinja", [GLM_CALL.format("")], [GLM_CALL.format("\n"), GLM_CALL.format(" ")]),
+    # Kimi-K2's call index is bounded (SmolLM2 wrote digits after "functions.get_weather:" until max_tokens)
+    ("moonshotai-Kimi-K2.jinja", [KIMI_CALL.format("0"), KIMI_CALL.format("9" * 16)], [KIMI_CALL.format("9" * 17)]),
+    # muse-glimmer: the recipient is the function (SmolLM2 wrote one until max_tokens), each parameter once and the
+    # required ones always (it wrote city six times)
+    ("muse-glimmer.jinja", [MUSE_CALL.format("get_weather", MUSE_CITY)],
+     [MUSE_CALL.format("tools.weather", MUSE_CITY), MUSE_CALL.format("get_weather", MUSE_CITY * 2),
+      MUSE_CALL.format("get_weather", "")]),
 ])
 def test_the_grammar_starts_at_the_call_after_the_thinking(llama, name, takes, refuses):
     """What the requests above rely on, in the grammar itself (llama.cpp's takes every text here): no text
@@ -298,7 +310,8 @@ def test_a_forced_raw_text_argument_holds_no_markup_and_keeps_its_max_length(lla
     grammar = Grammar.from_string(params["grammar"])
     for value in ("UTC", "Europe/Paris", "a < b"):  # maxLength 12
         assert _accepts(llama, grammar, params["generation_prompt"] + call.format(value)), value
-    for value in ("UTC</time>", "<type>string", "<#1>", "UTC" + close, "ABCDEFGHIJKLM"):
+    # "\n\n", " UTC" and "< type=date>": whitespace first, or "<" (SmolLM2 wrote the first and the last)
+    for value in ("UTC</time>", "<type>string", "<#1>", "UTC" + close, "ABCDEFGHIJKLM", "\n\n", " UTC", "< type=date>"):
         assert not _accepts(llama, grammar, params["generation_prompt"] + call.format(value)), value
     templates.close()
 

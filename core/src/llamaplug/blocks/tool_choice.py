@@ -12,7 +12,8 @@ What is content is what the parser tags "content" (its serialized arena, params[
 rules are named after the parser's id (`until-<id>`, `ac-<id>`) or are the rule it refers to. What the
 parser also tags "reasoning" stays (gpt-oss shares one message rule), and so does the thinking block.
 `parallel=False` makes the one-or-more call list of the JSON-native formats one call (the tagged formats'
-grammars already follow parallel_tool_calls). A call's id (string or number) is bounded to 16 characters, and a
+grammars already follow parallel_tool_calls). A call's id (string or number, Kimi-K2's index) is bounded to 16
+characters, and a
 raw-text string argument (the XML-style formats) opens no markup and keeps its maxLength (_bound_strings); a
 python-style call (LFM2) names each argument once (_args_once); a Gemma 4 call's dict is its schema's (_gemma4_args).
 """
@@ -36,6 +37,10 @@ _OPS = ("?", "*", "+")
 # The call's id (the parser's tool-id: Mistral's "id", Cohere's "tool_call_id"), a string or number the grammar leaves
 # unbounded: a model that does not end it (SmolLM2 writes digits) spends max_tokens inside a call never finished.
 _ID = r'("\"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"" | json-number)'
+# Kimi-K2's call id is "functions.<name>:<index>", the index any number of digits: SmolLM2 wrote digits until
+# max_tokens.
+_INDEX = '":" [0-9]+'
+_BOUNDED_INDEX = '":" [0-9]{1,16}'
 _BOUNDED_ID = r'("\"" ( [^"\\] | "\\" ( ["\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) ){0,16} "\"" | "-"? [0-9]{1,16})'
 
 
@@ -64,12 +69,14 @@ def call_first(params: dict[str, Any], parallel: bool | None = None, tools: list
             body = _without(body, content, reasoning)
             if parallel is False:
                 body = _one_call(body, _call_rules(arena))
-            body = body.replace(_ID, _BOUNDED_ID)
+            body = body.replace(_ID, _BOUNDED_ID).replace(_INDEX, _BOUNDED_INDEX)
             line = f"{name} ::= {body}"
         lines.append(line)
     lines = _one_thinking(lines, reasoning, _call_rules(arena) | {"tool-call"})
     lines = _no_space_before_lookahead(lines, arena)
+    lines = _named_recipient(lines, arena)
     lines = _gemma4_args(_args_once(_bound_strings(lines, arena, tools), arena, tools), tools)
+    lines = _tagged_args_once(lines, arena, tools)
     out = "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
     if out == grammar:
         return grammar
@@ -311,6 +318,38 @@ def _no_space_before_lookahead(lines: list[str], arena: dict[str, Any]) -> list[
     return out
 
 
+def _named_recipient(lines: list[str], arena: dict[str, Any]) -> list[str]:
+    """`lines` with a call's free-text recipient (muse-glimmer's `" to=" <until "<|message|>">`, the function read from
+    the call's own markup) as the function's name, as the template writes it (`to=get_time`): SmolLM2 wrote a
+    recipient until max_tokens."""
+    parsers = arena["parsers"]
+    names = {}
+    for node in parsers:
+        if node["type"] == "tag" and node["tag"] == "tool-open":
+            inside = list(_walk(arena, node["child"]))
+            function = _tagged_literal(arena, inside, "tool-name")
+            for _, seq in inside:
+                kids = seq.get("children", []) if seq["type"] == "sequence" else []
+                for before, after in zip(kids, kids[1:]):
+                    if parsers[before]["type"] == "literal" and parsers[before]["literal"].strip() == "to=" \
+                            and parsers[after]["type"] == "until" and function:
+                        names[f"until-{after}"] = _gbnf_literal(function)
+    if not names:
+        return lines
+    out = []
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        tokens = _TOKEN.findall(body) if sep else []
+        for i, tok in enumerate(tokens):
+            # the recipient of this rule's function only (its name is in the rule)
+            if tok in names and i > 0 and tokens[i - 1] == '" to="' and names[tok] in tokens:
+                tokens[i] = names[tok]
+        if sep and tokens != _TOKEN.findall(body):
+            line = f"{name} ::= {' '.join(tokens)}"
+        out.append(line)
+    return out
+
+
 def _one_call(body: str, calls: set[str]) -> str:
     """`(call space)+` (the JSON-native formats' call list, whatever parallel_tool_calls says) as one call."""
     tokens = _TOKEN.findall(body)
@@ -326,7 +365,8 @@ def _one_call(body: str, calls: set[str]) -> str:
 # is held inside the value, and the markup becomes the argument. In a forced call such a value opens no markup ("<"
 # is followed by whitespace only, as in "a < b": SmolLM2 also wrote "<#1>"), does not begin the closing markup (its
 # first two characters: MiniMax-M3's "]<"), and holds at most the schema's maxLength characters (counted up to
-# _MAX_COUNTED; unbounded beyond), so the model must close it the template's way. A valid call looks as before; only
+# _MAX_COUNTED; unbounded beyond), and begins with neither whitespace nor "<" ("\n\n", "< type=date>": SmolLM2), so
+# the model must close it the template's way. A valid call looks as before; only
 # values with such markup can no longer be written.
 _TAG_START = "<"
 _MAX_COUNTED = 256
@@ -342,8 +382,8 @@ def _string_values(arena: dict[str, Any]) -> dict[str, tuple[str, str, str, str,
         if node["type"] != "rule":
             continue
         inside = list(_walk(arena, node["child"]))
-        if not any(n["type"] == "tag" and n["tag"] == "tool-arg" for _, n in inside):
-            continue
+        if sum(n["type"] == "tag" and n["tag"] == "tool-arg" for _, n in inside) != 1:
+            continue  # one argument's rule (muse-glimmer's: the function's own, when it has one argument)
         name = _tagged_literal(arena, inside, "tool-arg-name")
         value = _value_token(arena, node["child"], rules)
         if name is not None and value is not None:
@@ -355,7 +395,7 @@ def _string_values(arena: dict[str, Any]) -> dict[str, tuple[str, str, str, str,
         inside = list(_walk(arena, node["child"]))
         functions = {_tagged_literal(arena, [(at, n)], "tool-name") for at, n in inside} - {None}
         if len(functions) == 1:  # one function's (a rule naming several would mix their arguments)
-            for rule in _rules_reached(arena, node["child"], rules):
+            for rule in _rules_reached(arena, node["child"], rules) | {node.get("name", "")}:
                 if rule in args:
                     args[rule] = (next(iter(functions)), *args[rule][1:])
     return {rule: found for rule, found in args.items() if found[0]}
@@ -432,10 +472,16 @@ def _bounded_value(rule: str, limit: int | None, close: str, ends: str) -> list[
         shifts = "".join(f" | {_gbnf_literal(c)} {state(names[c], k)}" for c in banned if c not in no)
         return f'"" | [^{_class("".join(banned) + no)}] {state("a", k)}{shifts}'
 
+    def first(k: int | None) -> str:
+        """The value's first character and what follows (k more), or no value: neither blank nor "<" (SmolLM2
+        wrote "\n\n" or "< type=date>" for a zone: whitespace before the close, the schema's markup after "< ")."""
+        shifts = "".join(f" | {_gbnf_literal(c)} {state(names[c], k)}" for c in banned if c != _TAG_START)
+        return f'"" | [^{_class("".join(banned))} \\t\\r\\n] {state("a", k)}{shifts}'
+
     if limit is None or limit > _MAX_COUNTED:
-        lines = [f"{rule}-value ::= {state('a', None)}{tail}", f"{state('a', None)} ::= {step('', None)}"]
+        lines = [f"{rule}-value ::= ({first(None)}){tail}", f"{state('a', None)} ::= {step('', None)}"]
         return lines + [f"{state(names[c], None)} ::= {step(c, None)}" for c in banned]
-    lines = [f"{rule}-value ::= {state('a', limit)}{tail}", f'{state("a", 0)} ::= ""']
+    lines = [f"{rule}-value ::= ({first(limit - 1) if limit else chr(34) * 2}){tail}", f'{state("a", 0)} ::= ""']
     lines += [f'{state(names[c], 0)} ::= ""' for c in banned]
     for k in range(1, limit + 1):
         lines.append(f"{state('a', k)} ::= {step('', k - 1)}")
@@ -643,4 +689,70 @@ def _gemma4_args(lines: list[str], tools: list[dict[str, Any]] | None) -> list[s
                 args = f'({args})?'
         out.append(f'{name} ::= {" ".join(tokens[:-1])} "{{" space ({args}) "}}"')
         out.extend(extra)
+    return out
+
+
+def _literals(alts: Alts) -> Iterator[str]:
+    for seq in alts:
+        for tok, _ in seq:
+            if isinstance(tok, str):
+                if tok.startswith('"'):
+                    yield json.loads(tok)
+            else:
+                yield from _literals(tok)
+
+
+def _tagged_args_once(lines: list[str], arena: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
+    """`lines` with a function's `((arg | arg ...) space)*` (muse-glimmer's parameters: any of them, any number of
+    times, none at all: SmolLM2 wrote `city` six times) as each argument at most once and the schema's required ones
+    always, in any order (up to _MAX_PERMUTED; beyond, as llama.cpp wrote it)."""
+    functions = {}
+    for node in arena["parsers"]:
+        if node["type"] == "rule":
+            found = {_tagged_literal(arena, [(at, n)], "tool-name") for at, n in _walk(arena, node["child"])} - {None}
+            if len(found) == 1:
+                functions[node["name"]] = found.pop()
+    schemas = {}
+    for tool in tools or []:
+        spec = tool.get("function", tool) if isinstance(tool, dict) else {}
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            schemas[spec["name"]] = spec.get("parameters") or {}
+
+    def rewrite(alts: Alts, props: dict[str, Any], required: set[str]) -> bool:
+        changed = False
+        for seq in alts:
+            for item in seq:
+                tok, rep = item
+                if isinstance(tok, str):
+                    continue
+                if rep == "*" and len(tok) == 1 and len(tok[0]) == 2 and tok[0][1] == ["space", ""] \
+                        and not isinstance(tok[0][0][0], str) and tok[0][0][1] == "":
+                    args = {}
+                    for alt in tok[0][0][0]:
+                        named = [v for v in _literals([alt]) if v in props]
+                        if len(named) != 1 or named[0] in args:
+                            args = {}
+                            break
+                        args[named[0]] = alt
+                    if args and len(args) <= _MAX_PERMUTED and required <= set(args):
+                        choices: Alts = [[part for name in order for part in ([[args[name]], ""], ["space", ""])]
+                                         for order in _orders(list(args), required)]
+                        item[0], item[1] = choices, "" if required else "?"
+                        changed = True
+                        continue
+                changed |= rewrite(tok, props, required)
+        return changed
+
+    out = []
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        schema = schemas.get(functions.get(name, "")) if sep else None
+        props = schema.get("properties") if isinstance(schema, dict) else None
+        if isinstance(props, dict) and props and "*" in body:
+            listed = schema.get("required")
+            required = {r for r in listed if r in props} if isinstance(listed, list) else set()
+            alts, _ = _parse(_TOKEN.findall(body))
+            if rewrite(alts, props, required):
+                line = f"{name} ::= {_render(alts)}"
+        out.append(line)
     return out
