@@ -74,7 +74,7 @@ def server(args: list[str], log: Path, ready_s: float = 900) -> Iterator[tuple[i
     port = free_port()
     with log.open("ab") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", "--host", "127.0.0.1",
-                                 "--port", str(port), *args], stdout=fh, stderr=fh, start_new_session=True)
+                                 "--port", str(port), "--metrics", *args], stdout=fh, stderr=fh, start_new_session=True)
     try:
         deadline = time.monotonic() + ready_s
         while True:

@@ -170,13 +170,13 @@ def start(kind: str, model: Path, slots: int, per_slot: int) -> tuple[subprocess
         if not link.exists():
             link.symlink_to(model)
         cmd = [sys.executable, "-m", "llamaplug.cli", "serve", "--models-dir", str(folder), "-t", str(THREADS),
-               "--parallel", str(slots), "-c", str(slots * per_slot), "--port", str(port)]
+               "--parallel", str(slots), "-c", str(slots * per_slot), "--port", str(port), "--metrics"]
     elif kind == "native":
         cmd = [str(native_bin() / "llama-server"), "-m", str(model), "-t", str(THREADS), "-np", str(slots),
                "-c", str(slots * per_slot), "--host", "127.0.0.1", "--port", str(port), "--metrics"]
     elif kind in ("llamaplug", "before"):
         cmd = [sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(model), "-t", str(THREADS), "--parallel",
-               str(slots), "-c", str(slots * per_slot), "--port", str(port)]
+               str(slots), "-c", str(slots * per_slot), "--port", str(port), "--metrics"]
         if kind == "before":  # an earlier tree's Python package over this build's native part (--before)
             return launch(kind, cmd, port, env={**os.environ, "PYTHONPATH": os.environ["BENCH_BEFORE"]}), port
     else:
@@ -478,7 +478,7 @@ def launch_timed(kind: str, model: Path, slots: int, per_slot: int) -> tuple[sub
                "-c", str(slots * per_slot), "--host", "127.0.0.1", "--port", str(port)]
     else:
         cmd = [sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(model), "-t", str(THREADS), "--parallel",
-               str(slots), "-c", str(slots * per_slot), "--port", str(port)]
+               str(slots), "-c", str(slots * per_slot), "--port", str(port), "--metrics"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
@@ -615,7 +615,8 @@ def bench_drafting(args: argparse.Namespace) -> dict[str, Any]:
                 port = free_port()
                 if kind == "llamaplug":
                     cmd = [sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(model), "-t", str(THREADS),
-                           "--parallel", str(clients), "-c", str(clients * args.per_slot), "--port", str(port)]
+                           "--parallel", str(clients), "-c", str(clients * args.per_slot), "--port", str(port),
+                           "--metrics"]
                 else:
                     cmd = [str(native_bin() / "llama-server"), "-m", str(model), "-t", str(THREADS), "-np",
                            str(clients), "-c", str(clients * args.per_slot), "--host", "127.0.0.1", "--port",

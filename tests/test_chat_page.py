@@ -25,7 +25,7 @@ KEY = "page-test-key"
 
 @pytest.fixture(scope="module")
 def server(smollm2_path):
-    with llamaplug_server(smollm2_path, "--parallel", "1", "-c", "2048", "--api-key", KEY) as (port, _):
+    with llamaplug_server(smollm2_path, "--parallel", "1", "-c", "2048", "--api-key", KEY, "--metrics") as (port, _):
         yield port
 
 

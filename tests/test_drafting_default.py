@@ -289,7 +289,7 @@ def _greedy(port: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def served(smollm2_path):
     """`llamaplug serve` with its defaults (drafting on), and its stderr."""
-    with llamaplug_server(smollm2_path, "-np", "1", "-c", "2048") as (port, proc):
+    with llamaplug_server(smollm2_path, "-np", "1", "-c", "2048", "--metrics") as (port, proc):
         os.set_blocking(proc.stderr.fileno(), False)
         yield port, proc
 

@@ -54,7 +54,7 @@ def models_dir(tmp_path_factory, smollm2_path, gemma_path) -> Path:
 @pytest.fixture(scope="module")
 def server(models_dir):
     with llamaplug_server(None, "--models-dir", str(models_dir), "--max-loaded", "1", "--parallel", str(SLOTS),
-                          "-c", str(CTX), "--max-queue", str(MAX_QUEUE), "--seed", "2") as (port, proc):
+                          "-c", str(CTX), "--max-queue", str(MAX_QUEUE), "--seed", "2", "--metrics") as (port, proc):
         # (a fixed seed: a sampled request, the forced tool call below, must not depend on the run)
         yield port, proc
 

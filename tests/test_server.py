@@ -21,7 +21,7 @@ CTX = 4096  # the whole cache: 1024 positions a slot
 
 @pytest.fixture(scope="module")
 def server(smollm2_path):
-    with llamaplug_server(smollm2_path, "--parallel", str(SLOTS), "-c", str(CTX)) as (port, _):
+    with llamaplug_server(smollm2_path, "--parallel", str(SLOTS), "-c", str(CTX), "--metrics") as (port, _):
         yield port
 
 

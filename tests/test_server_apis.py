@@ -39,7 +39,7 @@ FRUITS = [{"role": "system", "content": "You are terse."}, {"role": "user", "con
 def server(smollm2_path):
     # chatml-tools: SmolLM2's own template has no place for tools (a request with tools would be refused)
     with llamaplug_server(smollm2_path, "--parallel", str(SLOTS), "-c", "2048", "--api-key", KEY,
-                          "--chat-template", "chatml-tools") as (port, _):
+                          "--chat-template", "chatml-tools", "--metrics") as (port, _):
         yield port
 
 

@@ -22,7 +22,7 @@ import pytest
 from llamaplug_testing.servers import llamaplug_server
 
 KEY = "probe-key"
-SERVE = ("--parallel", "4", "-c", "4096", "--api-key", KEY)
+SERVE = ("--parallel", "4", "-c", "4096", "--api-key", KEY, "--metrics")
 HEALTH_S = 0.5
 RSS_MIB = 256
 MIB = 2**20

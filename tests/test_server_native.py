@@ -412,7 +412,7 @@ def test_rerank_and_infill_equal_llama_servers(native_tools, tmp_path):
 
 
 def test_api_key_guards_every_route_but_health_and_a_dropped_stream_frees_its_slot(smollm2_path):
-    with llamaplug_server(smollm2_path, "-np", "1", "-c", "256", "--api-key", "s3cret") as (port, _):
+    with llamaplug_server(smollm2_path, "-np", "1", "-c", "256", "--api-key", "s3cret", "--metrics") as (port, _):
         for path in ("/props", "/slots", "/metrics", "/v1/models", "/models"):
             status, body = call(port, path, method="GET")
             assert status == 401, path
@@ -451,11 +451,31 @@ def _processing(port: int, headers: dict[str, str]) -> float:
     (["-cram", "64"], "cache_ram", 64), (["--slot-save-path", "/tmp"], "slot_save_path", "/tmp"),
     (["-c", "512", "-np", "2", "-t", "1"], "parallel", 2), (["-ub", "64"], "n_ubatch", 64),
     (["--ubatch-size", "64"], "n_ubatch", 64), (["--cache-exact"], "cache_exact", True),
+    (["--sleep-idle-seconds", "5"], "sleep_idle", 5),
 ])
 def test_llama_server_flags_we_have(argv, dest, value):
     from llamaplug.cli import parser
 
     assert getattr(parser().parse_args(["serve", *argv, "--jinja", "--metrics", "--embeddings", "-cb"]), dest) == value
+
+
+def test_metrics_answer_501_without_the_flag_as_llama_servers(smollm2_path):
+    """The pin's test_metrics_disabled: llama-server without --metrics answers /metrics 501; so does serve."""
+    from fastapi.testclient import TestClient
+
+    from llamaplug import LlamaParams
+    from llamaplug.cli import parser
+    from llamaplug.server.app import create_app_for
+    from llamaplug.server.registry import ModelRegistry, ModelSpec
+
+    assert parser().parse_args(["serve"]).endpoint_metrics is False
+    assert parser().parse_args(["serve", "--metrics"]).endpoint_metrics is True
+    registry = ModelRegistry(specs=[ModelSpec("m", LlamaParams(smollm2_path))])  # nothing is loaded
+    with TestClient(create_app_for(registry, endpoint_metrics=False)) as http:
+        resp = http.get("/metrics")
+        assert resp.status_code == 501
+        assert resp.json()["error"]["message"] == "This server does not support metrics endpoint. Start it with " \
+                                                  "`--metrics`"
 
 
 @pytest.mark.parametrize("flag", ["--ssl-key-file", "--yarn-beta-fast", "--spm-infill", "--threads-batch",

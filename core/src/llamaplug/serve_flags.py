@@ -171,7 +171,6 @@ _ENV_NOT_OURS = frozenset({"HF_TOKEN"})
 
 # Flags whose feature llamaplug serve always has: accepted, doing nothing (the --help line says why).
 _ALWAYS_ON = {
-    ("--metrics",): "no-op: /metrics is always served",
     ("--embedding", "--embeddings"): "no-op: /v1/embeddings is always served",
     ("--rerank", "--reranking"): "no-op: /v1/rerank is always served (it needs a reranker model)",
     ("-cb", "--cont-batching"): "no-op: requests are always batched together",
@@ -220,6 +219,9 @@ def add_llama_server_flags(serve: argparse.ArgumentParser) -> None:
         serve.add_argument("--webui", "--ui", dest="webui", action=argparse.BooleanOptionalAction, default=True,
                            help="the chat page at / (default: on; --no-webui: / and the page's files answer 404, "
                                 "as llama-server's)")
+    if "--metrics" not in have:
+        serve.add_argument("--metrics", dest="endpoint_metrics", action="store_true",
+                           help="serve GET /metrics, Prometheus text (default: off, a 501, as llama-server's)")
     if "--ui-mcp-proxy" not in have:
         serve.add_argument("--ui-mcp-proxy", "--webui-mcp-proxy", dest="ui_mcp_proxy",
                            action=argparse.BooleanOptionalAction, default=False,

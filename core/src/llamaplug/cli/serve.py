@@ -150,7 +150,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cors = Cors.serving(origins, args.cors_methods, args.cors_headers, args.cors_credentials, args.api_key)
     app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
                          max_body=args.max_body_mib * 2**20, cors=cors, endpoint_slots=args.endpoint_slots,
-                         webui=args.webui)
+                         webui=args.webui, endpoint_metrics=args.endpoint_metrics)
     # a line per request, ours (uvicorn's has no duration), and the last line once the app's shutdown is done
     app.add_middleware(AccessLog, stopped=lambda: serve_log.stopped(time.monotonic() - began,
                                                                     app.state.metrics.http_requests))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import PlainTextResponse
 
-from .api_error import UnavailableError
+from .api_error import NotSupportedError, UnavailableError
 from .deps import models
 from .dialects import OPENAI
 from .errors import ERROR_RESPONSES
@@ -30,5 +30,7 @@ router.add_api_route("/v1/health", health, methods=["GET"], include_in_schema=Fa
 
 @router.get("/metrics", response_class=PlainTextResponse)
 async def prometheus(request: Request) -> PlainTextResponse:
+    if not getattr(request.app.state, "endpoint_metrics", True):  # `serve` without --metrics, as llama-server
+        raise NotSupportedError("This server does not support metrics endpoint. Start it with `--metrics`")
     metrics = request.app.state.metrics
     return PlainTextResponse(metrics.render(), headers={"Process-Start-Time-Unix": str(metrics.started)})

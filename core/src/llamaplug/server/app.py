@@ -60,11 +60,12 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
 
 def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predict: int = -1,
                    slot_save_path: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors: Cors | None = None,
-                   endpoint_slots: bool = True, webui: bool = True) -> FastAPI:
+                   endpoint_slots: bool = True, webui: bool = True, endpoint_metrics: bool = True) -> FastAPI:
     """The ASGI app serving the models of `registry`, each loaded when first asked for (closed at shutdown);
     the other arguments as create_app's. `cors`: llama-server's CORS flags (None: its defaults, cors.py);
     `endpoint_slots` False: /slots answers 501, as llama-server's --no-slots; `webui` False: no chat page
-    (its paths answer 404, as llama-server's --no-webui)."""
+    (its paths answer 404, as llama-server's --no-webui); `endpoint_metrics` False: /metrics answers 501, as
+    llama-server without --metrics (`llamaplug serve`'s default; an app made here serves it)."""
     metrics = Metrics(registry.engines)
     registry.on_unload(metrics.retire)
     props_asleep: dict[str, dict[str, Any]] = {}  # a sleeping model's /props, read as it fell asleep
@@ -86,6 +87,7 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.state.n_predict = n_predict
     app.state.slot_save_path = slot_save_path
     app.state.endpoint_slots = endpoint_slots
+    app.state.endpoint_metrics = endpoint_metrics
     app.state.webui = webui
     app.state.props_asleep = props_asleep
     registry.on_sleep(lambda name, served: props_asleep.__setitem__(name, props_of(app.state, served)))

@@ -69,7 +69,7 @@ def props_of(state: Any, served: Served) -> dict[str, Any]:
         "modalities": {"vision": llama.projector is not None, "audio": False, "video": False},
         "chat_template": template.source or "", "bos_token": template.bos_token, "eos_token": template.eos_token,
         "build_info": _build_info(), "endpoint_slots": getattr(state, "endpoint_slots", True),
-        "endpoint_props": False, "endpoint_metrics": True,
+        "endpoint_props": False, "endpoint_metrics": getattr(state, "endpoint_metrics", True),
         "is_sleeping": False,
     }
 
