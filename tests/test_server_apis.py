@@ -217,6 +217,14 @@ def test_responses_errors_through_the_client(oai):
 # --- Anthropic's Messages API -------------------------------------------------------------------------------------
 
 
+def test_count_tokens_without_a_model_counts_on_the_default_one(server, claude, model):
+    """llama-server counts without `model` (the pin's test_sleep.py sends none): the server's model, as with it."""
+    messages = [{"role": "user", "content": "Hello world"}]
+    status, body = post(server, "/v1/messages/count_tokens", {"messages": messages})
+    assert status == 200
+    assert body["input_tokens"] == claude.messages.count_tokens(model=model, messages=messages).input_tokens > 0
+
+
 def test_messages_text_equals_chat_whole_and_streamed(claude, oai, model):
     want = chat(oai, model, FRUITS, 32)
     assert want.finish_reason == "stop"

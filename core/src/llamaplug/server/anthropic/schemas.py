@@ -166,6 +166,8 @@ class ThinkingOut(BaseModel):
 class CountTokensRequest(MessagesRequest):
     """POST /v1/messages/count_tokens: a Messages request without max_tokens."""
 
+    # llama-server counts without a model too (the server's own; the pin's test_sleep.py sends none)
+    model: str | None = None  # type: ignore[assignment]
     max_tokens: int | None = Field(None, ge=1)  # type: ignore[assignment]
     messages: list[InputMessage] = Field(default_factory=list)  # type: ignore[assignment]  # [] counts, as there
 
