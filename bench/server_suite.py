@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FILES = ["test_basic.py", "test_chat_completion.py", "test_completion.py", "test_compat_anthropic.py",
          "test_compat_oai_responses.py", "test_ctx_shift.py", "test_ignore_eos.py", "test_kv_keep_only_active.py",
          "test_metrics.py", "test_security.py", "test_slot_save.py", "test_template.py", "test_tokenize.py",
-         "test_tool_call.py", "test_stream.py",
+         "test_tool_call.py", "test_stream.py", "test_compat_gcp.py", "test_sleep.py", "test_proxy.py",
          # the router preset (no model: llama-server's router mode, serve's default model) with --tools all
          "test_tools_builtin.py"]
 REQUIREMENTS = ["aiohttp", "pytest", "filelock", "numpy", "openai>=2", "prometheus-client", "requests", "wget",
@@ -94,12 +94,13 @@ def _results(xml: Path) -> dict[str, str]:
     return out
 
 
-def run_suite(python: Path, suite: Path, server: str, files: list[str], model: Path, xml: Path) -> dict[str, str]:
+def run_suite(python: Path, suite: Path, server: str, files: list[str], model: Path, xml: Path,
+              mark: str | None = None) -> dict[str, str]:
     env = {**os.environ, "LLAMA_SERVER_BIN_PATH": server, "SUITE_MODEL": str(model), "PORT": str(_free_port()),
            "LLAMA_CACHE": str(suite / "cache")}
     subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-                    *[f"unit/{f}" for f in files]], cwd=suite, env=env, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+                    *(["-m", mark] if mark else []), *[f"unit/{f}" for f in files]], cwd=suite, env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return _results(xml)
 
 
@@ -108,6 +109,8 @@ def main() -> int:
     ap.add_argument("--files", nargs="*", default=FILES)
     ap.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "llamaplug-server-suite-venv")
     ap.add_argument("--keep", type=Path, help="copy the suite here and keep it (default: a temporary directory)")
+    # "not slow": test_tool_call's slow tests each download a real model (Llama, Qwen, Hermes...) from the Hub
+    ap.add_argument("--mark", help="pytest -m expression passed to both runs, e.g. 'not slow'")
     ap.add_argument("--reuse-native", action="store_true", help="take llama-server's results from --keep's last run")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "server_suite" / "latest.json")
     args = ap.parse_args()
@@ -136,8 +139,8 @@ def main() -> int:
     if args.reuse_native and (work / "native.xml").exists():  # llama-server's side of an earlier run in --keep
         native = _results(work / "native.xml")
     else:
-        native = run_suite(python, suite, str(llama_server), args.files, model, work / "native.xml")
-    plug = run_suite(python, suite, str(ours), args.files, model, work / "llamaplug.xml")
+        native = run_suite(python, suite, str(llama_server), args.files, model, work / "native.xml", args.mark)
+    plug = run_suite(python, suite, str(ours), args.files, model, work / "llamaplug.xml", args.mark)
     passed_native = {t for t, r in native.items() if r == "passed"}
     passed_both = {t for t in passed_native if plug.get(t) == "passed"}
     for name in args.files:
