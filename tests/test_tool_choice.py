@@ -120,6 +120,9 @@ KIMI_CALL = ('<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weath
 MUSE_CALL = (' to={}<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n{}</atem:invoke>\n'
              '</atem:function_calls>')
 MUSE_CITY = '<atem:parameter name="city">Paris</atem:parameter>\n'
+K3_CALL = ('x<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool="get_weather"<|sep|>{}<|close|>call<|sep|>'
+           '<|close|>tools<|sep|>')
+K3_CITY = '<|open|>argument key="city"<|sep|>Paris<|close|>argument<|sep|>'
 R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris"}\n'
            '```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
 
@@ -143,6 +146,8 @@ R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜t
     ("muse-glimmer.jinja", [MUSE_CALL.format("get_weather", MUSE_CITY)],
      [MUSE_CALL.format("tools.weather", MUSE_CITY), MUSE_CALL.format("get_weather", MUSE_CITY * 2),
       MUSE_CALL.format("get_weather", "")]),
+    # Kimi-K3: each argument once (SmolLM2 wrote city twice, after the thinking the prompt opens)
+    ("Kimi-K3.jinja", [K3_CALL.format(K3_CITY)], [K3_CALL.format(K3_CITY * 2), K3_CALL.format("")]),
 ])
 def test_the_grammar_starts_at_the_call_after_the_thinking(llama, name, takes, refuses):
     """What the requests above rely on, in the grammar itself (llama.cpp's takes every text here): no text

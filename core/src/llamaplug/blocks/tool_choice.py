@@ -704,14 +704,21 @@ def _literals(alts: Alts) -> Iterator[str]:
 
 def _tagged_args_once(lines: list[str], arena: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
     """`lines` with a function's `((arg | arg ...) space)*` (muse-glimmer's parameters: any of them, any number of
-    times, none at all: SmolLM2 wrote `city` six times) as each argument at most once and the schema's required ones
-    always, in any order (up to _MAX_PERMUTED; beyond, as llama.cpp wrote it)."""
+    times, none at all: SmolLM2 wrote `city` six times; Kimi-K3's `(arg-rule)*`) as each argument at most once and
+    the schema's required ones always, in any order (up to _MAX_PERMUTED; beyond, as llama.cpp wrote it)."""
     functions = {}
     for node in arena["parsers"]:
         if node["type"] == "rule":
             found = {_tagged_literal(arena, [(at, n)], "tool-name") for at, n in _walk(arena, node["child"])} - {None}
             if len(found) == 1:
                 functions[node["name"]] = found.pop()
+    arg_rules = {}  # {the rule of one argument: its name}
+    for node in arena["parsers"]:
+        if node["type"] == "rule":
+            inside = list(_walk(arena, node["child"]))
+            name = _tagged_literal(arena, inside, "tool-arg-name")
+            if name is not None and sum(n["type"] == "tag" and n["tag"] == "tool-arg" for _, n in inside) == 1:
+                arg_rules[node["name"]] = name
     schemas = {}
     for tool in tools or []:
         spec = tool.get("function", tool) if isinstance(tool, dict) else {}
@@ -725,17 +732,23 @@ def _tagged_args_once(lines: list[str], arena: dict[str, Any], tools: list[dict[
                 tok, rep = item
                 if isinstance(tok, str):
                     continue
-                if rep == "*" and len(tok) == 1 and len(tok[0]) == 2 and tok[0][1] == ["space", ""] \
-                        and not isinstance(tok[0][0][0], str) and tok[0][0][1] == "":
+                spaced = len(tok) == 1 and len(tok[0]) == 2 and tok[0][1] == ["space", ""] \
+                    and not isinstance(tok[0][0][0], str) and tok[0][0][1] == ""
+                # or Kimi-K3's `(arg-rule | ...)*`, each alternative one argument's rule
+                ruled = all(len(alt) == 1 and alt[0][1] == "" and isinstance(alt[0][0], str) and alt[0][0] in arg_rules
+                            for alt in tok)
+                if rep == "*" and (spaced or ruled):
                     args = {}
-                    for alt in tok[0][0][0]:
-                        named = [v for v in _literals([alt]) if v in props]
+                    for alt in tok[0][0][0] if spaced else tok:
+                        named = [v for v in _literals([alt]) if v in props] if spaced else \
+                            [arg_rules[alt[0][0]]] if arg_rules[alt[0][0]] in props else []
                         if len(named) != 1 or named[0] in args:
                             args = {}
                             break
                         args[named[0]] = alt
                     if args and len(args) <= _MAX_PERMUTED and required <= set(args):
-                        choices: Alts = [[part for name in order for part in ([[args[name]], ""], ["space", ""])]
+                        tail = [["space", ""]] if spaced else []
+                        choices: Alts = [[part for name in order for part in ([[[args[name]], ""]] + tail)]
                                          for order in _orders(list(args), required)]
                         item[0], item[1] = choices, "" if required else "?"
                         changed = True
