@@ -146,8 +146,9 @@ R1_CALL = ('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜t
     ("muse-glimmer.jinja", [MUSE_CALL.format("get_weather", MUSE_CITY)],
      [MUSE_CALL.format("tools.weather", MUSE_CITY), MUSE_CALL.format("get_weather", MUSE_CITY * 2),
       MUSE_CALL.format("get_weather", "")]),
-    # Kimi-K3: each argument once (SmolLM2 wrote city twice, after the thinking the prompt opens)
-    ("Kimi-K3.jinja", [K3_CALL.format(K3_CITY)], [K3_CALL.format(K3_CITY * 2), K3_CALL.format("")]),
+    # Kimi-K3: each argument once (SmolLM2 wrote city twice, after the thinking the prompt opens), one call
+    ("Kimi-K3.jinja", [K3_CALL.format(K3_CITY)], [K3_CALL.format(K3_CITY * 2), K3_CALL.format(""), K3_CALL.format(
+        K3_CITY + '<|close|>call<|sep|><|open|>call tool="get_weather"<|sep|>' + K3_CITY)]),
 ])
 def test_the_grammar_starts_at_the_call_after_the_thinking(llama, name, takes, refuses):
     """What the requests above rely on, in the grammar itself (llama.cpp's takes every text here): no text

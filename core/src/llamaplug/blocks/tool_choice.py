@@ -75,6 +75,8 @@ def call_first(params: dict[str, Any], parallel: bool | None = None, tools: list
     lines = _one_thinking(lines, reasoning, _call_rules(arena) | {"tool-call"})
     lines = _no_space_before_lookahead(lines, arena)
     lines = _named_recipient(lines, arena)
+    if parallel is False:
+        lines = _one_function(lines, arena)
     lines = _gemma4_args(_args_once(_bound_strings(lines, arena, tools), arena, tools), tools)
     lines = _tagged_args_once(lines, arena, tools)
     out = "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
@@ -346,6 +348,32 @@ def _named_recipient(lines: list[str], arena: dict[str, Any]) -> list[str]:
                 tokens[i] = names[tok]
         if sep and tokens != _TOKEN.findall(body):
             line = f"{name} ::= {' '.join(tokens)}"
+        out.append(line)
+    return out
+
+
+_FUNCTION_LIST = re.compile(r"(\([A-Za-z0-9_| -]+\))\s*\+")
+
+
+def _one_function(lines: list[str], arena: dict[str, Any]) -> list[str]:
+    """`lines` with a list of functions `(fn-a | fn-b)+` (Kimi-K3's, whatever parallel_tool_calls says) as one: SmolLM2
+    wrote two calls with parallel_tool_calls false."""
+    functions = set()
+    for node in arena["parsers"]:
+        if node["type"] == "rule":
+            found = {_tagged_literal(arena, [(at, n)], "tool-name") for at, n in _walk(arena, node["child"])} - {None}
+            if len(found) == 1:
+                functions.add(node["name"])
+
+    def one(match: re.Match[str]) -> str:
+        return match.group(1) if set(re.split(r"\s*\|\s*", match.group(1)[1:-1].strip())) <= functions \
+            else match.group(0)
+
+    out = []
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        if sep and ")+" in body.replace(" ", ""):
+            line = f"{name} ::= {_FUNCTION_LIST.sub(one, body)}"
         out.append(line)
     return out
 
