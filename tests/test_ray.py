@@ -254,7 +254,7 @@ def _deploy(smollm2_path, cache_dir) -> None:
 @pytest.fixture(scope="module")
 def plain(smollm2_path):
     """`llamaplug serve` of the same model and slots, 1 thread: the reference answers and the one-engine figures."""
-    with llamaplug_server(smollm2_path, "--parallel", str(SLOTS), "-c", str(CTX), "-t", "1") as (port, _):
+    with llamaplug_server(smollm2_path, "--parallel", str(SLOTS), "-c", str(CTX), "-t", "1", "--metrics") as (port, _):
         yield port
 
 

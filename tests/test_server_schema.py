@@ -23,7 +23,7 @@ EXAMPLES = 8  # per operation: the run stays well under a minute on two cores
 def test_no_request_is_a_server_error(smollm2_path, tmp_path):
     slots = tmp_path / "slots"
     slots.mkdir()
-    with llamaplug_server(smollm2_path, "-np", "2", "-c", "512", "-n", "4", "--slot-save-path", str(slots)
+    with llamaplug_server(smollm2_path, "-np", "2", "-c", "512", "-n", "4", "--slot-save-path", str(slots), "--metrics"
                           ) as (port, _):
         url = f"http://127.0.0.1:{port}/openapi.json"
         with urllib.request.urlopen(url, timeout=10) as resp:
