@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InvalidGrammarError
@@ -293,11 +293,9 @@ def _no_space_before_lookahead(lines: list[str], arena: dict[str, Any]) -> list[
                 ends[node["name"]] = _gbnf_literal(end)
     if not ends:
         return lines
-    out = []
-    for line in lines:
-        name, sep, body = line.partition(" ::= ")
-        tokens = _TOKEN.findall(body) if sep else []
-        keep = []
+
+    def edit(tokens: list[str]) -> list[str]:
+        keep: list[str] = []
         for i, tok in enumerate(tokens):
             if tok == "space" and 0 < i < len(tokens) - 1 and keep:
                 before = keep[-1]
@@ -314,8 +312,22 @@ def _no_space_before_lookahead(lines: list[str], arena: dict[str, Any]) -> list[
                 if names and all(ends.get(n) == tokens[i + 1] for n in names):
                     continue
             keep.append(tok)
-        if len(keep) != len(tokens):
-            line = f"{name} ::= {' '.join(keep)}"
+        return keep
+
+    return _edit_bodies(lines, edit)
+
+
+def _edit_bodies(lines: list[str], edit: Callable[[list[str]], list[str]]) -> list[str]:
+    """`lines` with each rule's body, as tokens, put through `edit`; a rule whose tokens come back unchanged keeps
+    its text as written."""
+    out = []
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        if sep:
+            tokens = _TOKEN.findall(body)
+            edited = edit(list(tokens))
+            if edited != tokens:
+                line = f"{name} ::= {' '.join(edited)}"
         out.append(line)
     return out
 
@@ -338,18 +350,15 @@ def _named_recipient(lines: list[str], arena: dict[str, Any]) -> list[str]:
                         names[f"until-{after}"] = _gbnf_literal(function)
     if not names:
         return lines
-    out = []
-    for line in lines:
-        name, sep, body = line.partition(" ::= ")
-        tokens = _TOKEN.findall(body) if sep else []
+
+    def edit(tokens: list[str]) -> list[str]:
         for i, tok in enumerate(tokens):
             # the recipient of this rule's function only (its name is in the rule)
             if tok in names and i > 0 and tokens[i - 1] == '" to="' and names[tok] in tokens:
                 tokens[i] = names[tok]
-        if sep and tokens != _TOKEN.findall(body):
-            line = f"{name} ::= {' '.join(tokens)}"
-        out.append(line)
-    return out
+        return tokens
+
+    return _edit_bodies(lines, edit)
 
 
 _FUNCTION_LIST = re.compile(r"(\([A-Za-z0-9_| -]+\))\s*\+")
@@ -627,14 +636,20 @@ def _each_once(alts: Alts, required: set[str] | None) -> tuple[Alts, bool]:
     return out, changed
 
 
-def _args_once(lines: list[str], arena: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
-    """`lines` with each function's python-style argument list taking each argument at most once (see above)."""
+def _function_rules(arena: dict[str, Any]) -> dict[str, str]:
+    """{a rule that names exactly one function: that function's name}."""
     functions = {}
     for node in arena["parsers"]:
         if node["type"] == "rule":
             found = {_tagged_literal(arena, [(at, n)], "tool-name") for at, n in _walk(arena, node["child"])} - {None}
             if len(found) == 1:
                 functions[node["name"]] = found.pop()
+    return functions
+
+
+def _args_once(lines: list[str], arena: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
+    """`lines` with each function's python-style argument list taking each argument at most once (see above)."""
+    functions = _function_rules(arena)
     out = []
     for line in lines:
         name, sep, body = line.partition(" ::= ")
@@ -734,12 +749,7 @@ def _tagged_args_once(lines: list[str], arena: dict[str, Any], tools: list[dict[
     """`lines` with a function's `((arg | arg ...) space)*` (muse-glimmer's parameters: any of them, any number of
     times, none at all: SmolLM2 wrote `city` six times; Kimi-K3's `(arg-rule)*`) as each argument at most once and
     the schema's required ones always, in any order (up to _MAX_PERMUTED; beyond, as llama.cpp wrote it)."""
-    functions = {}
-    for node in arena["parsers"]:
-        if node["type"] == "rule":
-            found = {_tagged_literal(arena, [(at, n)], "tool-name") for at, n in _walk(arena, node["child"])} - {None}
-            if len(found) == 1:
-                functions[node["name"]] = found.pop()
+    functions = _function_rules(arena)
     arg_rules = {}  # {the rule of one argument: its name}
     for node in arena["parsers"]:
         if node["type"] == "rule":
