@@ -143,8 +143,7 @@ class Metrics:
         single-model server's are llama-server's own values), then one line per model with a `model` label."""
         whole: dict[str, float] = dict.fromkeys(_NAMES, 0)
         for c in counters.values():
-            for name in _NAMES:
-                whole[name] = max(whole[name], c[name]) if name == "n_tokens_max" else whole[name] + c[name]
+            _merge(whole, c)
         lines: list[str] = []
         for name, doc, value in _LLAMA_SERVER_COUNTERS:
             lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} counter",
@@ -173,9 +172,14 @@ def _generated(counters: dict[str, dict[str, float]]) -> int:
 
 
 def _add(into: dict[str, float], engine: Engine) -> None:
-    """`engine`'s counters added to `into` (n_tokens_max: the larger)."""
+    """`engine`'s counters added to `into`."""
+    _merge(into, {name: getattr(engine.stats, name) for name in _NAMES})
+
+
+def _merge(into: dict[str, float], counters: dict[str, float]) -> None:
+    """`counters` added to `into` (n_tokens_max, a maximum: the larger)."""
     for name in _NAMES:
-        value = getattr(engine.stats, name)
+        value = counters[name]
         into[name] = max(into[name], value) if name == "n_tokens_max" else into[name] + value
 
 
