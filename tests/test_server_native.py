@@ -527,6 +527,17 @@ def _metric(text: str, name: str) -> float:
     return float(lines[0].split()[1])
 
 
+@pytest.mark.parametrize("port", ["x", "99999", "-1", "80.5"])
+def test_a_bad_aip_http_port_is_refused_naming_it(port):
+    """AIP_MODE=PREDICTION's port is read before serve binds: a wrong one is a LlamaError naming the variable."""
+    from llamaplug import InvalidParameterError
+    from llamaplug.server.gcp import Gcp
+
+    with pytest.raises(InvalidParameterError, match="AIP_HTTP_PORT"):
+        Gcp.from_env({"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": port})
+    assert Gcp.from_env({"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": "9000"}).port == 9000
+
+
 def test_sleep_metrics_and_gcp_predict_as_the_pins_suite_asks(smollm2_path):
     """What the pin's test_sleep.py, test_metrics.py and test_compat_gcp.py ask of llama-server, on one serve:
     --sleep-idle-seconds (a sleeping model's /props answers without waking it), llama-server's unlabelled

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
+from ..errors import InvalidParameterError
 from .errors import BadRequestError
 
 log = logging.getLogger("llamaplug.server.gcp")
@@ -38,9 +39,10 @@ class Gcp:
         """The settings AIP_* give, None unless AIP_MODE is PREDICTION."""
         if env.get("AIP_MODE", "") != "PREDICTION":
             return None
-        port = env.get("AIP_HTTP_PORT")
-        return cls(env.get("AIP_PREDICT_ROUTE") or "/predict", env.get("AIP_HEALTH_ROUTE") or None,
-                   int(port) if port else 8080)
+        port = env.get("AIP_HTTP_PORT") or "8080"
+        if not (port.isascii() and port.isdigit() and 0 <= int(port) <= 65535):
+            raise InvalidParameterError(f"AIP_HTTP_PORT={port!r} is not a port (0..65535)", field="AIP_HTTP_PORT")
+        return cls(env.get("AIP_PREDICT_ROUTE") or "/predict", env.get("AIP_HEALTH_ROUTE") or None, int(port))
 
 
 def _alias(path: str) -> str:
@@ -75,7 +77,8 @@ def install(app: FastAPI, gcp: Gcp) -> None:
     """Add the predict route (and the health alias) to `app`, after its other routes."""
     routes = list(_walk(app.routes))
     if any(path == gcp.predict for path, _ in routes):
-        raise ValueError(f"AIP_PREDICT_ROUTE={gcp.predict} is one of this server's own routes")
+        raise InvalidParameterError(f"AIP_PREDICT_ROUTE={gcp.predict} is one of this server's own routes",
+                                    field="AIP_PREDICT_ROUTE")
     aliases: dict[str, str] = {}
     for path, route in routes:  # the first route of an alias wins, as llama-server's
         if "POST" in route.methods:
