@@ -20,7 +20,6 @@ import pytest
 from .servers import free_port
 from .settings import THREADS
 
-
 _DATA_HOME = pytest.StashKey[tuple[str | None, str]]()
 
 
