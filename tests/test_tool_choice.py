@@ -111,6 +111,61 @@ def test_a_call_cut_by_max_tokens_ends_as_length(llama):
     assert calls and finish == "length"
 
 
+class _Force:
+    """A plugin sampler that writes `tokens` (the chain's grammar, applied after it, takes them): a reply that does
+    not depend on the model's judgement."""
+
+    def __init__(self, tokens: list[int]):
+        self.tokens, self.at = tokens, 0
+
+    def apply(self, c: Any) -> None:
+        if self.at < len(self.tokens):
+            c.logits[c.ids != self.tokens[self.at]] = -float("inf")
+            c.logits[c.ids == self.tokens[self.at]] = 10.0
+
+    def accept(self, token: int) -> None:
+        self.at += 1
+
+
+@pytest.fixture(scope="module")
+def shallow(shallow_smollm2_path):
+    """SmolLM2 cut to its first layer, for replies a sampler forces."""
+    with lp.Llama.load(lp.LlamaParams(model_path=shallow_smollm2_path, n_ctx=2048, n_threads=2)) as instance:
+        yield instance
+
+
+def test_a_reply_cut_inside_a_character_is_read_on_whole_characters(shallow):
+    """max_tokens that cuts a reply inside a character of DeepSeek V3.1's "<｜tool▁calls▁end｜>" (SmolLM2 spells
+    "｜" a byte a token): the text ended in U+FFFD, which is not the start of that markup, and llama.cpp's parser
+    refused the reply (whole: the call came back as content; streamed: an error; bench/tool_choice_sweep.py, 160
+    tokens). The reply is read on its whole characters, as llama-server's stream never sends an incomplete one:
+    the call, whole and streamed, "length". On the old code: no tool_calls whole, a ChatTemplateError streamed."""
+    template = (TEMPLATE_DIR / "deepseek-ai-DeepSeek-V3.1.jinja").read_text()
+    reply = ('x</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{"zone": "UTC"}'
+             '<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
+    tokens = shallow.model.tokenize(reply, False, False)
+    pieces = [shallow.model.token_to_piece(t) for t in tokens]
+    # the longest cut whose bytes end inside a character
+    cut = next(n for n in range(len(tokens) - 1, 0, -1) if not _whole_utf8(b"".join(pieces[:n])))
+    given = dict(tools=TOOLS, chat_template=template, max_tokens=cut, tool_choice=NAMED, parallel_tool_calls=False)
+    choice = shallow.create_chat_completion(ASK, sampler=lp.SamplerChain().add(_Force(tokens)).greedy(),
+                                            **given).choices[0]
+    assert choice.finish_reason == "length" and not choice.message.content, choice.message
+    calls = [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls or []]
+    assert calls == [("get_time", {"zone": "UTC"})], choice.message
+    calls, finish = _streamed(list(shallow.create_chat_completion(
+        ASK, sampler=lp.SamplerChain().add(_Force(tokens)).greedy(), stream=True, **given)))
+    assert [(n, json.loads(a)) for n, a in calls] == [("get_time", {"zone": "UTC"})] and finish == "length"
+
+
+def _whole_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 QWEN_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 GPT_OSS_CALL = ' to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}'
 GPT_OSS_THINK = "<|channel|>analysis<|message|>Call get_weather.<|end|><|start|>assistant"

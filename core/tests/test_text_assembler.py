@@ -24,6 +24,12 @@ def test_incomplete_utf8_at_end_becomes_replacement():
     assert "".join(out) == "x\ufffd"
 
 
+def test_incomplete_utf8_at_end_is_dropped_with_whole_chars():
+    # a chat reply's (its parser reads whole characters); an invalid byte inside the text is still U+FFFD
+    out = feed_all(TextAssembler(["STOP"], whole_chars=True), [b"x\xff", "☃".encode()[:2]])
+    assert "".join(out) == "x\ufffd"
+
+
 def test_stop_straddling_pieces_is_cut_and_never_emitted():
     a = TextAssembler(["STOP"])
     out = feed_all(a, [b"hello S", b"T", b"OP and more"])

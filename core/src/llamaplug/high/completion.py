@@ -116,9 +116,14 @@ class TextAssembler:
     token's work does not grow with the text generated before it.
     """
 
-    def __init__(self, stop: list[str]):
+    def __init__(self, stop: list[str], whole_chars: bool = False):
         self.stop = [s for s in stop if s]
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        # A chat reply is read by its format's parser when it ends: an incomplete last character (max_tokens cut
+        # inside one) read as U+FFFD is not the start of the format's markup it was (DeepSeek V3.1's
+        # "<｜tool▁calls▁end｜>" cut inside "｜": the parser refused the reply), so it is dropped, as llama-server's
+        # stream never sends it.
+        self.whole_chars = whole_chars
         self._matcher = _StopMatcher(self.stop) if self.stop else None
         self._state = 0
         self._held = ""  # decoded, not yet handed out
@@ -143,9 +148,11 @@ class TextAssembler:
         return held[:len(held) - keep]
 
     def finish(self) -> str:
-        """Flush what is held back (an incomplete character becomes U+FFFD)."""
+        """Flush what is held back (an incomplete character becomes U+FFFD; with whole_chars it is dropped)."""
         if self.stopped:
             return ""
+        if self.whole_chars:
+            self._decoder.reset()
         out = self._held + self._decoder.decode(b"", final=True)
         self._held = ""
         return out

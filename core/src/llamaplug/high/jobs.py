@@ -152,6 +152,7 @@ def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sa
     job = completion_job(llama, prompt, max_tokens, sampler, stops + list(params["additional_stops"]), logprobs,
                          False, None, own_sampler)
     job.render_special = frozenset(preserved_tokens(params, tokenize))
+    job.text.whole_chars = True  # the reply's parser reads whole characters (TextAssembler)
     return job, plan
 
 
