@@ -222,6 +222,24 @@ def test_a_stored_prefix_outlives_its_slot(smollm2_path):
         assert llama.engine.stats.stored_sequences == 0
 
 
+def test_one_kv_cache_for_every_slot_takes_back_idle_cells_and_ends_all_when_full(smollm2_path):
+    """kv_unified (llama-server's --kv-unified): the slots share 256 cells, and each may hold all of them. A prompt
+    that finds them taken by an idle slot gets that slot's cells (its tokens kept in host memory); prompts that do
+    not fit even then all end with llama-server's "Context size has been exceeded" (KvCacheFullError, a 500 on the
+    server), and the engine goes on. (On the old code the second prompt raised ContextOverflowError, llama_decode's
+    code 1: the idle slot's cells were never given back.)"""
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=256, n_seq_max=2, kv_unified=True,
+                                      n_threads=THREADS)) as llama:
+        assert llama.engine.n_ctx_seq == 256  # (without kv_unified: 128 each)
+        llama.create_completion([100] * 200, max_tokens=1)  # slot 0 keeps its 200 cells
+        assert llama.create_completion([200] * 100, max_tokens=1).timings.prompt_tokens == 100  # on slot 1
+        assert llama.engine.stats.stored_sequences == 1  # slot 0's tokens, given back
+        with pytest.raises(lp.KvCacheFullError, match="Context size has been exceeded"):
+            llama.create_completions([[300] * 120, [400] * 120], max_tokens=20)  # full at the 8th token
+        assert llama.create_completion([100] * 200, max_tokens=1).timings.cached_tokens == 199  # from the store
+        assert llama.engine.stats.errors == 2
+
+
 # Two threads whatever THREADS is: at one thread (a pytest-xdist worker's) the test's path and its reference part
 # at the 4th token of the 1700-token fork (' that' / ':'), deterministically (serial runs: 2 threads pass, 1 fails).
 # The two paths differ only in the cache's cells (the test's held 1900 positions cut back to 1700, the reference's

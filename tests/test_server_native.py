@@ -451,7 +451,8 @@ def _processing(port: int, headers: dict[str, str]) -> float:
     (["-cram", "64"], "cache_ram", 64), (["--slot-save-path", "/tmp"], "slot_save_path", "/tmp"),
     (["-c", "512", "-np", "2", "-t", "1"], "parallel", 2), (["-ub", "64"], "n_ubatch", 64),
     (["--ubatch-size", "64"], "n_ubatch", 64), (["--cache-exact"], "cache_exact", True),
-    (["--sleep-idle-seconds", "5"], "sleep_idle", 5),
+    (["--sleep-idle-seconds", "5"], "sleep_idle", 5), (["--kv-unified"], "kv_unified", True),
+    (["-kvu", "-no-kvu"], "kv_unified", False), (["--kv_unified", "--ctx_size=512"], "ctx_size", 512),  # '_' as '-'
 ])
 def test_llama_server_flags_we_have(argv, dest, value):
     from llamaplug.cli import parser

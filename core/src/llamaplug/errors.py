@@ -111,6 +111,15 @@ class ContextOverflowError(LlamaError):
     """
 
 
+class KvCacheFullError(ContextOverflowError):
+    """The KV cache that every sequence shares (ContextParams.kv_unified) has no room for a step's tokens,
+    even after the idle sequences gave theirs back: every request in that step ends with this error, as
+    llama-server ends every running slot ("Context size has been exceeded"). Not the fault of one request
+    (a server answers 500). Do: fewer requests at once (n_seq_max), a larger n_ctx, smaller max_tokens, or
+    kv_unified off (each sequence then has its own n_ctx / n_seq_max cells and stops at their end).
+    """
+
+
 class DecodeError(LlamaError):
     """llama_decode / llama_encode failed; `code` is llama.cpp's return code.
 

@@ -151,11 +151,23 @@ class _CommandParser(argparse.ArgumentParser):
     """A command's parser: a flag it does not know is its error, with its usage (argparse leaves unknown flags
     to the top-level parser, whose usage says nothing of the command's flags)."""
 
+    # `serve` reads `--a_b` as `--a-b`, as llama-server's parser (common/arg.cpp) reads every flag
+    underscores_as_dashes = False
+
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def,override]
+        if args is not None and self.underscores_as_dashes:
+            args = [_dashed(a) for a in args]
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras
+
+
+def _dashed(arg: str) -> str:
+    if not arg.startswith("--"):
+        return arg
+    name, eq, value = arg.partition("=")
+    return name.replace("_", "-") + eq + value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -255,6 +267,7 @@ def parser() -> argparse.ArgumentParser:
     rpc.add_argument("-t", "--threads", type=int, default=0)
     rpc.set_defaults(func=cmd_rpc_server)
     serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (pip install \"llamaplug[server]\")")
+    serve.underscores_as_dashes = True
     serve.add_argument("-m", "--model", action="append", help="GGUF file, catalog name or org/repo[:TAG] (default: the "
                        "first installed catalog model); repeat it to serve several, each loaded when first asked for")
     serve.add_argument("-hf", "-hfr", "--hf-repo", dest="hf_repo", action="append", metavar="ORG/REPO[:TAG]",
@@ -283,6 +296,12 @@ def parser() -> argparse.ArgumentParser:
                        "(default: 8080)")
     serve.add_argument("-np", "--parallel", type=int, default=4, help="slots: requests decoded together")
     serve.add_argument("-c", "--ctx-size", type=int, default=8192, help="KV cache positions, shared by the slots")
+    serve.add_argument("-kvu", "--kv-unified", dest="kv_unified", action=argparse.BooleanOptionalAction,
+                       default=False, help="one KV cache that every slot draws from, as llama-server's: a slot may "
+                       "then hold up to -c positions instead of c / parallel, and when the cache is full an idle "
+                       "slot's cells are taken back, or, with none left, the running requests end with a 500 "
+                       "(default: off; llama-server's is on only when its -np is left to auto)")
+    serve.add_argument("-no-kvu", dest="kv_unified", action="store_false", help=argparse.SUPPRESS)
     serve.add_argument("--cache-ram", type=int, default=256, metavar="MIB",
                        help="host memory for the KV of finished sequences, reused by later prompts with the same "
                             "prefix (0 = off)")

@@ -51,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
     base: dict[str, object] = {"n_ctx": args.ctx_size, "n_seq_max": args.parallel, "cache_ram_mib": args.cache_ram,
                                "log_level": native_log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed,
-                               "structured_engine": args.structured_engine}
+                               "structured_engine": args.structured_engine, "kv_unified": args.kv_unified}
     if args.threads:
         base["n_threads"] = args.threads
     if args.cache_dir:
@@ -139,8 +139,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if loading is not None:
         llama = registry.preload(specs[0].id, loading.result()).llama
-        serve_log.log.info("loaded %s: %d slots of %d tokens", specs[0].params.model_path, args.parallel,
-                           llama.engine.n_ctx_seq)
+        serve_log.log.info("loaded %s: %d slots of %d tokens%s", specs[0].params.model_path, args.parallel,
+                           llama.engine.n_ctx_seq, " (one KV cache they share)" if args.kv_unified else "")
     else:
         serve_log.log.info("%d models, each loaded when first asked for: %s", len(specs),
                            ", ".join(s.id for s in specs))

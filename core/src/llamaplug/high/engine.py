@@ -88,7 +88,7 @@ class Engine:
         self.stats = EngineStats()
         self._store = prompt_cache(cache_bytes, disk, self.stats)  # a disk tier under it: disk_store.py
         self._emitter = Emitter(self.stats, self._count_busy)
-        self._runner = Runner(context, self._emitter, self.stats, drafter, self._own)
+        self._runner = Runner(context, self._emitter, self.stats, drafter, self._own, self._make_room)
 
     @property
     def n_slots(self) -> int:
@@ -308,6 +308,21 @@ class Engine:
         if self._store is not None:  # its bookkeeping may be what failed
             self._store.clear()
         self._emitter.end(job, error)
+
+    def _make_room(self) -> bool:
+        """One KV cache for every sequence (kv_unified) is full: the idle slot used longest ago gives its cells
+        back (its tokens kept in the host store first, where there is one), as llama-server purges an idle slot;
+        whether one had any. Without kv_unified a slot's cells are its own: nothing to take."""
+        if not self._ctx.params.kv_unified:
+            return False
+        idle = [slot for slot in self._slots if slot.job is None and slot.tokens]
+        if not idle:
+            return False
+        slot = min(idle, key=lambda s: s.used)
+        log.debug("the shared KV cache is full: slot %d gives back its %d tokens", slot.seq, len(slot.tokens))
+        slot.give_back(self._store)
+        self._count_store()
+        return True
 
     def _count_store(self) -> None:
         store = self._store

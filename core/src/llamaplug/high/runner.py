@@ -9,7 +9,9 @@
 4. builds the batch: each generating slot's next token and its guesses, then the prompt
    chunks (logits only where a prompt ends);
 5. decodes it, once (a cancel aborts it between graph nodes; what it wrote is cut), timed for the
-   drafter when the batch holds no prompt chunk (what a drafted row costs);
+   drafter when the batch holds no prompt chunk (what a drafted row costs). With one KV cache for
+   every sequence (kv_unified) a full cache is retried after an idle slot gave its cells back
+   (`make_room`, one slot at a time, as llama-server), and ends the step's requests when none is left;
 6. hands each slot its rows: `Slot.consumed`, then the output step (output.py) samples the
    slot's next token and turns it into events, or `speculative.verify` for a slot with
    guesses (the cache is cut after the accepted ones).
@@ -26,7 +28,7 @@ from collections.abc import Callable
 
 from ..blocks.batch import LlamaBatch
 from ..blocks.context import LlamaContext
-from ..errors import DecodeError, LlamaError
+from ..errors import ContextOverflowError, DecodeError, KvCacheFullError, LlamaError
 from .completion import StopReason
 from .output import Emitter
 from .scheduler import StepPlan
@@ -41,8 +43,10 @@ class Runner:
     """Runs plans on `context` (a batch of n_batch tokens), handing sampled rows to `emitter`."""
 
     def __init__(self, context: LlamaContext, emitter: Emitter, stats: EngineStats, drafter: Drafter | None,
-                 own: Callable[[], contextlib.AbstractContextManager[None]]):
+                 own: Callable[[], contextlib.AbstractContextManager[None]],
+                 make_room: Callable[[], bool] = lambda: False):
         self._ctx = context
+        self._make_room = make_room  # an idle slot's cells given back (kv_unified); whether there was one
         self._emitter = emitter
         self._stats = stats
         self._drafter = drafter
@@ -69,8 +73,11 @@ class Runner:
         try:
             with self._own():
                 start = time.perf_counter()
-                ctx.decode(self._batch)
+                self._decode()
                 seconds = time.perf_counter() - start
+        except KvCacheFullError as exc:
+            self.fail(rows, exc)
+            return
         except DecodeError as exc:
             if exc.code != _ABORTED:
                 self.fail(rows, exc)
@@ -95,6 +102,25 @@ class Runner:
                 self._verify(slot, end - n)
             elif slot.consumed(n):
                 emitter.output(slot, end - 1)
+
+    def _decode(self) -> None:
+        """Decode the built batch. A shared cache (kv_unified) that is full gets an idle slot's cells and the decode
+        is tried again (llama_decode's code 1 writes nothing); with no idle cells left, KvCacheFullError."""
+        while True:
+            try:
+                self._ctx.decode(self._batch)
+                return
+            except ContextOverflowError as exc:
+                if not self._ctx.params.kv_unified:
+                    raise
+                if self._make_room():
+                    continue
+                ctx = self._ctx
+                raise KvCacheFullError(
+                    f"Context size has been exceeded: the KV cache the {ctx.n_seq_max} slots share (kv_unified, "
+                    f"n_ctx={ctx.n_ctx}) has no room for this step's {self._batch.n_tokens} tokens, and no idle "
+                    "slot holds any; every request in the step ends, as llama-server's (fewer requests at once, "
+                    "a larger context or smaller max_tokens)") from exc
 
     def _build(self, plan: StepPlan) -> list[tuple[Slot, int]]:
         """The plan's batch; (slot, how many of its tokens are in the batch), in the batch's order."""

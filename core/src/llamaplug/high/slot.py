@@ -8,7 +8,8 @@ A slot owns its sequence's bookkeeping from the request's start to its end:
 - `consumed`: the engine decoded the slot's tokens of this step's batch.
 - `advance`: the slot samples its next token from a row of the step's logits and
   applies the stop rules (`on_token`); the `Output` says what the engine hands on.
-- `release`: the request is over; the tokens stay, for the next prompt to reuse.
+- `release`: the request is over; the tokens stay, for the next prompt to reuse (with one cache for
+  every sequence, until a running one needs the cells: `give_back`).
 
 The engine (engine.py) owns the loop and the context's epoch; it calls `place`, its runner
 (runner.py) and output step (output.py) the rest, with their edits of the context marked as
@@ -213,6 +214,15 @@ class Slot:
         job = self.job
         self.job, self.todo, self.next, self.draft = None, [], None, []
         return job
+
+    def give_back(self, store: PrefixStore | None) -> None:
+        """An idle slot's cells go back to the cache every sequence shares (kv_unified), its tokens to the host
+        store first where there is one (a later prompt may still find them there)."""
+        assert self.job is None
+        if store is not None:
+            self._stash(store, 0)
+        self._ctx.kv_cache_seq_rm(self.seq, 0, -1)
+        self.forget()
 
     def forget(self) -> None:
         """What the cache holds for the slot is unknown (a failed decode, an outside edit): reuse nothing of it."""

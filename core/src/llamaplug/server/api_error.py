@@ -11,6 +11,7 @@ from ..errors import (
     ClosedError,
     DecodeError,
     EngineError,
+    KvCacheFullError,
     LlamaError,
     ModelNotFoundError,
 )
@@ -121,6 +122,7 @@ STATUS_BY_CLASS: dict[type[Exception], tuple[int, str | None, str | None]] = {
     ModelNotFoundError: (404, "invalid_request_error", "model_not_found"),
     DecodeError: (500, "server_error", "decode_failed"),
     EngineError: (500, "server_error", "engine_failed"),
+    KvCacheFullError: (500, "server_error", "kv_cache_full"),  # the shared cache: no one request's fault
     BackendError: (500, "server_error", "backend_failed"),
     LlamaError: (400, "invalid_request_error", None),
     BadRequestError: (400, "invalid_request_error", None),
