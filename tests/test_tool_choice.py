@@ -436,6 +436,35 @@ def test_a_forced_gemma4_call_has_its_schemas_keys_and_value_types(llama):
     templates.close()
 
 
+def test_a_forced_muse_glimmer_call_bounds_each_of_several_arguments(llama):
+    """muse-glimmer writes a function's parameters inline (`<atem:parameter name="city">...</atem:parameter>`), and
+    for a function with several its rule reads every value with one shared rule: any text up to the close, markup
+    and length unchecked (the one-argument case was bounded in 33c4082). In a forced call each string value opens no
+    markup, begins with no blank and keeps its maxLength, as the other XML-style formats' (see above). On the old
+    code the test fails at "<b>Paris"."""
+    place = json.loads(json.dumps(PLACE))
+    place["function"]["parameters"]["properties"]["city"]["maxLength"] = 12
+    templates = ChatTemplates(llama.model, (TEMPLATE_DIR / "muse-glimmer.jinja").read_text())
+    params = templates.apply({"messages": ASK, "tools": [place, TIME], "tool_choice": "required",
+                              "parallel_tool_calls": False})
+    grammar = Grammar.from_string(params["grammar"])
+
+    def call(city: str, country: str = "FR") -> str:
+        return MUSE_CALL.replace("get_weather", "place").format(
+            "place", f'<atem:parameter name="city">{city}</atem:parameter>\n'
+                     f'<atem:parameter name="country">{country}</atem:parameter>\n')
+
+    from llamaplug.blocks.chat_layer import parse_reply, parser_params
+    assert json.loads(parse_reply(parser_params(params), call("Paris"))["tool_calls"][0]["arguments"]) == \
+        {"city": "Paris", "country": "FR"}
+    for city in ("Paris", "Europe/Paris", "a < b"):
+        assert _accepts(llama, grammar, params["generation_prompt"] + call(city)), city
+    for city, country in (("<b>Paris", "FR"), ("Paris", "<type>string"), ("ABCDEFGHIJKLM", "FR"), ("\n\nParis", "FR"),
+                          ("Paris", " FR")):
+        assert not _accepts(llama, grammar, params["generation_prompt"] + call(city, country)), (city, country)
+    templates.close()
+
+
 def test_a_template_that_renders_no_call_refuses_a_forced_one(llama):
     """Granite 3.3's template shows the tools and asks for "<|tool_call|>" in prose, but renders no call: llama.cpp's
     chat layer finds no call format in it, so a "required" reply has no grammar and a call would not be read

@@ -79,6 +79,7 @@ def call_first(params: dict[str, Any], parallel: bool | None = None, tools: list
         lines = _one_function(lines, arena)
     lines = _gemma4_args(_args_once(_bound_strings(lines, arena, tools), arena, tools), tools)
     lines = _tagged_args_once(lines, arena, tools)
+    lines = _bound_inline_strings(lines, arena, tools)
     out = "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
     if out == grammar:
         return grammar
@@ -558,6 +559,54 @@ def _bound_strings(lines: list[str], arena: dict[str, Any], tools: list[dict[str
                 continue
         out.append(line)
     return out
+
+
+def _bound_inline_strings(lines: list[str], arena: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
+    """`lines` with the raw-text string values a function's own rule holds inline, one shared rule for all its
+    arguments (muse-glimmer's `<atem:parameter name="city"> ac-N`, where a function has several), bounded as
+    _bound_strings bounds an argument's own rule: SmolLM2 could write markup and any length there."""
+    parsers = arena["parsers"]
+    values: dict[str, tuple[str, str]] = {}  # {the value's token: (the close it includes or "", what ends it)}
+    for at, node in enumerate(parsers):
+        child = parsers[node["child"]] if node["type"] == "tag" else None
+        if child is not None and node["tag"] == "tool-arg-string-value" and child["type"] == "until":
+            values[f"until-{node['child']}"] = ("", child["delimiters"][0])
+        elif node["type"] == "ac" and any(n["type"] == "tag" and n["tag"] == "tool-arg-string-value"
+                                          for _, n in _walk(arena, node["child"])):
+            values[f"ac-{at}"] = (node["delimiters"][0], node["delimiters"][0])
+    functions = _function_rules(arena)
+    out: list[str] = []
+    for line in lines:
+        name, sep, body = line.partition(" ::= ")
+        tokens = _TOKEN.findall(body) if sep and name in functions else []
+        if not values.keys() & set(tokens):
+            out.append(line)
+            continue
+        added: dict[str, list[str]] = {}
+        for i, tok in enumerate(tokens):
+            if tok not in values or len(values[tok][1].strip()) < 2:
+                continue
+            # the parameter: the nearest literal before the value (`("<atem:parameter name=\"" "city" "\">") ac-N`)
+            named = [_literal(t) for t in tokens[max(0, i - 4):i]]
+            param = next((n for n in reversed(named) if n and _max_length(tools, functions[name], n)[0]), None)
+            if param is None:
+                continue
+            rule = f"{name}-{re.sub(r'[^A-Za-z0-9-]', '-', param)}-arg"
+            if rule not in added:
+                added[rule] = _bounded_value(rule, _max_length(tools, functions[name], param)[1], *values[tok])
+            tokens[i] = f"{rule}-value"
+        out.append(f"{name} ::= {' '.join(tokens)}" if added else line)
+        out.extend(r for rules in added.values() for r in rules)
+    return out
+
+
+def _literal(token: str) -> str | None:
+    """The text of a GBNF literal token (None: not a literal, or an escape JSON does not read)."""
+    try:
+        text = json.loads(token) if token.startswith('"') else None
+    except ValueError:
+        return None
+    return text if isinstance(text, str) else None
 
 
 # The python-style calls (LFM2's `[get_time(zone="UTC")]`) list their arguments as `arg ("," space arg)*`, any
