@@ -68,6 +68,7 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     llama-server without --metrics (`llamaplug serve`'s default; an app made here serves it)."""
     metrics = Metrics(registry.engines)
     registry.on_unload(metrics.retire)
+    registry.on_sleep(lambda name, served: metrics.asleep(name, served.llama.engine))
     props_asleep: dict[str, dict[str, Any]] = {}  # a sleeping model's /props, read as it fell asleep
 
     @contextlib.asynccontextmanager

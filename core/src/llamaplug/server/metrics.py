@@ -5,6 +5,12 @@ model with a `model` label. llama-server's names (llamacpp:prompt_tokens_total,
 llamacpp:tokens_predicted_total, llamacpp:requests_processing, ...: server-context.cpp's
 metrics), one line per model with a `model` label, so dashboards built for llama-server work
 unchanged. A model's counters outlive its unloads (`retire` keeps them), so they never go back.
+
+A sleeping model (--sleep-idle) shows the gauges it had when it fell asleep (`asleep`), and while every model
+sleeps the HTTP counters show their values at the last scrape: as llama-server answers from the snapshot it took
+on entering sleep, a scrape of a sleeping server equals the last one before it (a monitor's polls move nothing),
+apart from llama-server's two throughput gauges, which report what finished since the last scrape. The HTTP
+requests of that time are still counted: they show once a model is loaded again.
 """
 
 from __future__ import annotations
@@ -54,11 +60,20 @@ _LLAMA_SERVER_COUNTERS = (
     ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
      lambda c: c["drafts"]),
 )
-# ... and its gauges, from a loaded engine.
+# ... and its gauges, from a loaded engine's (or a sleeping model's kept) gauges.
 _LLAMA_SERVER_GAUGES = (
-    ("requests_processing", "Number of requests processing", lambda e: e.stats.busy_slots),
-    ("requests_deferred", "Number of requests deferred", lambda e: e.stats.waiting),
+    ("requests_processing", "Number of requests processing", lambda g: g["slots_busy"]),
+    ("requests_deferred", "Number of requests deferred", lambda g: g["queue_length"]),
 )
+# Our gauges, each from an engine.
+_GAUGES = (("slots", "slots (sequences decoded together)", lambda e: e.n_slots),
+           ("slots_busy", "slots running a request", lambda e: e.stats.busy_slots),
+           ("queue_length", "requests waiting for a slot", lambda e: e.stats.waiting),
+           ("stored_sequences", "finished sequences whose KV is kept in host memory",
+            lambda e: e.stats.stored_sequences),
+           ("stored_bytes", "bytes of that KV", lambda e: e.stats.stored_bytes),
+           ("cache_disk_bytes", "bytes of prompt cache files in the cache directory (serve --cache-dir)",
+            lambda e: e.stats.cache_disk_bytes))
 
 
 class Metrics:
@@ -76,10 +91,24 @@ class Metrics:
         # llama-server's throughput gauges are over what finished since the last scrape (its metrics "buckets",
         # reset by each scrape): the counters at the last scrape, per model and (None) all
         self._scraped: dict[str | None, dict[str, float]] = {}
+        self._asleep: dict[str, dict[str, float]] = {}  # a sleeping model's gauges as it fell asleep
+        self._http_shown = (0, 0)  # the HTTP counters the last scrape showed (while every model sleeps: those)
 
     def retire(self, model: str, engine: Engine) -> None:
         """Keep the counters of `model`'s engine, which is closing (the model is unloaded)."""
         _add(self._retired[model], engine)
+        self._asleep.pop(model, None)
+
+    def asleep(self, model: str, engine: Engine) -> None:
+        """`model` falls asleep (after `retire`): its gauges are shown as they are now until it is loaded again."""
+        self._asleep[model] = _gauges(engine)
+
+    def _gauges(self, engines: list[tuple[str, Engine]]) -> list[tuple[str, dict[str, float]]]:
+        """(model, gauge -> value) of each loaded model, then of each sleeping one (its kept gauges)."""
+        loaded = [(m, _gauges(e)) for m, e in engines]
+        for m, _ in loaded:
+            self._asleep.pop(m, None)  # awake again
+        return loaded + list(self._asleep.items())
 
     def _counters(self) -> dict[str, dict[str, float]]:
         """model -> counter -> value, unloaded models' included."""
@@ -112,33 +141,29 @@ class Metrics:
     def render(self) -> str:
         counters = self._counters()
         engines = self.engines()
+        gauges = self._gauges(engines)
+        if engines or not self._asleep:  # else every model sleeps: the last scrape's (see the module's doc)
+            self._http_shown = (self.http_requests, self.http_errors)
         lines = []
         for name, doc in _COUNTERS:
             lines += [f"# HELP llamaplug_{name}_total {doc}", f"# TYPE llamaplug_{name}_total counter",
                       f"llamaplug_{name}_total {sum(c[name] for c in counters.values())}"]
             lines += [f"llamaplug_{name}_total{{model={_label(m)}}} {c[name]}" for m, c in counters.items()]
-        gauges = (("slots", "slots (sequences decoded together)", lambda e: e.n_slots),
-                  ("slots_busy", "slots running a request", lambda e: e.stats.busy_slots),
-                  ("queue_length", "requests waiting for a slot", lambda e: e.stats.waiting),
-                  ("stored_sequences", "finished sequences whose KV is kept in host memory",
-                   lambda e: e.stats.stored_sequences),
-                  ("stored_bytes", "bytes of that KV", lambda e: e.stats.stored_bytes),
-                  ("cache_disk_bytes", "bytes of prompt cache files in the cache directory (serve --cache-dir)",
-                   lambda e: e.stats.cache_disk_bytes))
-        for name, doc, value in gauges:
+        for name, doc, _ in _GAUGES:
             lines += [f"# HELP llamaplug_{name} {doc}", f"# TYPE llamaplug_{name} gauge",
-                      f"llamaplug_{name} {sum(value(e) for _, e in engines)}"]
-            lines += [f"llamaplug_{name}{{model={_label(m)}}} {value(e)}" for m, e in engines]
+                      f"llamaplug_{name} {sum(g[name] for _, g in gauges)}"]
+            lines += [f"llamaplug_{name}{{model={_label(m)}}} {g[name]}" for m, g in gauges]
         lines += ["# HELP llamaplug_tokens_per_second generated tokens per second, recent",
                   "# TYPE llamaplug_tokens_per_second gauge",
                   f"llamaplug_tokens_per_second {round(self._rate(None, _generated(counters)), 3)}"]
-        for name, doc, value in (("http_requests", "HTTP requests", self.http_requests),
-                                 ("http_errors", "HTTP responses with status >= 400", self.http_errors)):
+        for name, doc, value in (("http_requests", "HTTP requests", self._http_shown[0]),
+                                 ("http_errors", "HTTP responses with status >= 400", self._http_shown[1])):
             lines += [f"# HELP llamaplug_{name}_total {doc}", f"# TYPE llamaplug_{name}_total counter",
                       f"llamaplug_{name}_total {value}"]
-        return "\n".join(lines + self._llama_server(counters, engines)) + "\n"
+        return "\n".join(lines + self._llama_server(counters, gauges)) + "\n"
 
-    def _llama_server(self, counters: dict[str, dict[str, float]], engines: list[tuple[str, Engine]]) -> list[str]:
+    def _llama_server(self, counters: dict[str, dict[str, float]],
+                      gauges: list[tuple[str, dict[str, float]]]) -> list[str]:
         """llama-server's families: each its unlabelled line as llama-server writes it (over every model: a
         single-model server's are llama-server's own values), then one line per model with a `model` label."""
         whole: dict[str, float] = dict.fromkeys(_NAMES, 0)
@@ -151,8 +176,8 @@ class Metrics:
             lines += [f"llamacpp:{name}{{model={_label(m)}}} {value(c)}" for m, c in counters.items()]
         for name, doc, gauge in _LLAMA_SERVER_GAUGES:
             lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} gauge",
-                      f"llamacpp:{name} {sum(gauge(e) for _, e in engines)}"]
-            lines += [f"llamacpp:{name}{{model={_label(m)}}} {gauge(e)}" for m, e in engines]
+                      f"llamacpp:{name} {sum(gauge(g) for _, g in gauges)}"]
+            lines += [f"llamacpp:{name}{{model={_label(m)}}} {gauge(g)}" for m, g in gauges]
         rates = {m: self._since_scrape(m, c) for m, c in [(None, whole), *counters.items()]}
         for i, (name, doc) in enumerate((("prompt_tokens_seconds", "Average prompt throughput in tokens/s"),
                                          ("predicted_tokens_seconds", "Average generation throughput in tokens/s"))):
@@ -165,6 +190,10 @@ class Metrics:
                   f"{c['busy_slot_steps'] / c['decode_steps'] if c['decode_steps'] else 0.0}"
                   for m, c in [(None, whole), *counters.items()]]
         return lines
+
+
+def _gauges(engine: Engine) -> dict[str, float]:
+    return {name: value(engine) for name, _, value in _GAUGES}
 
 
 def _generated(counters: dict[str, dict[str, float]]) -> int:
