@@ -436,6 +436,40 @@ def test_a_forced_gemma4_call_has_its_schemas_keys_and_value_types(llama):
     templates.close()
 
 
+@pytest.mark.parametrize("name,tag", [("openai-gpt-oss-120b.jinja", "<|channel|>analysis<|message|>"),
+                                      ("MiniMax-M3.jinja", "<mm:think>")])
+def test_with_a_reasoning_budget_the_thinking_tag_is_the_tokens_the_budget_sees(llama, name, tag):
+    """gpt-oss's and MiniMax-M3's replies open their thinking themselves, and the reasoning budget (llama.cpp's, as
+    llama-server's) starts at the tag's own tokens; SmolLM2 spelled the tag in other tokens ("<|c ha nn e l|>..."),
+    the budget never started and the forced call never came (bench/tool_choice_sweep.py: gpt-oss named and MiniMax-M3
+    required thought until max_tokens with a budget of 16). With a budget the grammar takes the tag as those tokens
+    only; without one, as llama.cpp wrote it. On the old code the other spelling is taken with the budget too."""
+    from llamaplug.high.chat_call import ChatCall, ChatRun
+    from llamaplug.high.chat_plan import ChatSpec
+
+    template = (TEMPLATE_DIR / name).read_text()
+    tokenize = llama.model.tokenize
+    spelled = [t for ch in tag for t in tokenize(ch, False, True)]  # a character a token
+    assert spelled != tokenize(tag, False, True)
+    for budget in (16, None):
+        run = ChatRun(llama, ChatCall(ChatSpec(ASK, tools=TOOLS, tool_choice=NAMED, parallel_tool_calls=False,
+                                               chat_template=template, reasoning_budget_tokens=budget), max_tokens=1))
+        params = run.prepare().plan.params
+        run.close()
+        grammar = Grammar.from_string(params["grammar"])
+        prompt = tokenize(params["generation_prompt"], False, True)
+        assert _accepts_tokens(llama, grammar, prompt + tokenize(tag, False, True)), budget
+        assert _accepts_tokens(llama, grammar, prompt + spelled) is (budget is None)
+
+
+def _accepts_tokens(llama: lp.Llama, grammar: Grammar, tokens: list[int]) -> bool:
+    try:
+        lp.SamplerChain().grammar(grammar, prefill=tokens).greedy().prepare(llama.model).close()
+    except lp.SamplingError:
+        return False
+    return True
+
+
 def test_a_forced_muse_glimmer_call_bounds_each_of_several_arguments(llama):
     """muse-glimmer writes a function's parameters inline (`<atem:parameter name="city">...</atem:parameter>`), and
     for a function with several its rule reads every value with one shared rule: any text up to the close, markup

@@ -91,6 +91,38 @@ def call_first(params: dict[str, Any], parallel: bool | None = None, tools: list
     return out
 
 
+def tag_as_tokens(grammar: str, tag: str, tokens: list[int]) -> str:
+    """`grammar` with each literal `tag` (the thinking start tag) written as the token ids `tokens`.
+
+    A reasoning budget (llama.cpp's, as llama-server's) starts counting when it sees the tag's own tokens. Where the
+    tag is text to the model, the grammar takes any spelling of it: SmolLM2 wrote gpt-oss's
+    "<|channel|>analysis<|message|>" as "<|c ha nn e l|>..." (MiniMax-M3's "<mm:think>" likewise), the budget never
+    started and the thinking went on until max_tokens. With the tag as those tokens the budget ends it."""
+    if not tag or not tokens:
+        return grammar
+    refs = " ".join(f"<[{t}]>" for t in tokens)
+    lines = []
+    for line in grammar.splitlines():
+        name, sep, body = line.partition(" ::= ")
+        if sep and tag in body:
+            parts = []
+            for tok in _TOKEN.findall(body):
+                try:
+                    text = json.loads(tok) if tok.startswith('"') else None
+                except ValueError:  # a GBNF escape JSON does not read (\x..): left as written
+                    text = None
+                if isinstance(text, str) and tag in text:
+                    pieces = text.split(tag)
+                    out = [_gbnf_literal(pieces[0])] if pieces[0] else []
+                    for piece in pieces[1:]:
+                        out += [refs] + ([_gbnf_literal(piece)] if piece else [])
+                    tok = f"({' '.join(out)})"
+                parts.append(tok)
+            line = f"{name} ::= {' '.join(parts)}"
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if grammar.endswith("\n") else "")
+
+
 def _children(node: dict[str, Any]) -> list[int]:
     if "children" in node:
         return list(node["children"])

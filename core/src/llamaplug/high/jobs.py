@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..blocks.chat_layer import grammar_triggers, preserved_tokens
 from ..blocks.grammar import Grammar
 from ..blocks.sampling import LlamaSampler, SamplerChain
+from ..blocks.tool_choice import tag_as_tokens
 from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import SamplerParams
 from ..plugin_api import MediaPrompt
@@ -130,6 +131,12 @@ def prepare_chat(llama: Llama, spec: ChatSpec, max_tokens: int | None = None, sa
     def tokenize(text: str) -> list[int]:
         return model.tokenize(text, False, True)
 
+    start = params["thinking_start_tag"] or ""
+    if budget >= 0 and params["grammar"] and not params["grammar_lazy"] and any(params["thinking_end_tags"]) \
+            and start not in (params["generation_prompt"] or ""):
+        # the budget starts at the thinking start tag's tokens, the model writes the tag: the grammar takes it as
+        # those tokens (tool_choice.tag_as_tokens; a tag the prompt holds is the budget's prefill)
+        params["grammar"] = tag_as_tokens(params["grammar"], start, tokenize(start))
     if params["grammar"]:
         sampler = sampler if sampler is not None else SamplerChain().greedy()
         if not isinstance(sampler, SamplerChain):
