@@ -46,8 +46,12 @@ def judge(calls: list[tuple[str, str]], finish: str | None, names: set[str]) -> 
         jsonschema.validate(json.loads(arguments), SCHEMAS[name])
     except (ValueError, jsonschema.ValidationError) as exc:
         return f"bad arguments {arguments!r}: {str(exc)[:80]}"
-    if any("<" in v or "\n" in v for v in json.loads(arguments).values() if isinstance(v, str)):
-        # valid by the schema, but a city or a zone: the template's markup (or the schema's) written into the value
+    if any("<" in v for v in json.loads(arguments).values() if isinstance(v, str)):
+        # valid by the schema, but a city or a zone: the template's markup (or the schema's) written into the value.
+        # A newline is not markup: a value with one ("ZonE:\n" on Gemma 4, "]\n" on MiniMax-M3, "UTC\n" on
+        # Qwen3-Coder, "\n" on Seed-OSS) is what llama.cpp's parser reads back from the template's own rendering of
+        # the call, unchanged, and valid by the schema; the forced grammar takes it as the schema does (earlier sweeps
+        # counted it as markup)
         return f"markup in arguments {arguments!r}"
     return "call" if finish == "tool_calls" else f"call, {finish}"
 

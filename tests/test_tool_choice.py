@@ -426,8 +426,13 @@ def test_a_forced_gemma4_call_has_its_schemas_keys_and_value_types(llama):
     s = '<|"|>{}<|"|>'.format
     assert parse_reply(parser_params(params), call("get_time", "zone:" + s("UTC")))["tool_calls"][0]["arguments"] \
         == '{"zone":"UTC"}'
+    # a newline inside the quotes is the value's, not markup: llama.cpp's parser reads it back as written (SmolLM2
+    # wrote "ZonE:\n"; bench/tool_choice_sweep.py no longer counts it as markup), and the schema takes it
+    assert parse_reply(parser_params(params), call("get_time", "zone:" + s("ZonE:\n")))["tool_calls"][0][
+        "arguments"] == '{"zone":"ZonE:\\n"}'
     for name, args in (("get_time", "zone:" + s("UTC")), ("place", f"city:{s('Paris')},country:{s('FR')}"),
-                       ("place", f"country:{s('FR')}, street:{s('Rue')},city:{s('Paris')}")):
+                       ("place", f"country:{s('FR')}, street:{s('Rue')},city:{s('Paris')}"),
+                       ("get_time", "zone:" + s("ZonE:\n"))):
         assert _accepts(llama, grammar, params["generation_prompt"] + call(name, args)), args
     for name, args in (("get_time", "time:" + s("UTC")), ("get_time", "zone:5"), ("get_time", ""),
                        ("get_time", f"zone:{s('UTC')},zone:{s('CET')}"), ("get_time", "zone:" + s("ABCDEFGHIJKLM")),
