@@ -34,7 +34,7 @@ from agents import (
     handoff,
     set_tracing_disabled,
 )
-from llamaplug_testing import llamaplug_server
+from llamaplug_testing import RestartableServer
 from pydantic import BaseModel
 
 set_tracing_disabled(True)  # no traces to OpenAI's servers
@@ -94,10 +94,16 @@ def db(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(smollm2_path, db):
-    with llamaplug_server(smollm2_path, "-c", "4096", "--parallel", "2", "--chat-template", "chatml-tools",
-                          "--api-key", ",".join(KEYS), "--responses-db", str(db)) as (port, _):
-        yield port
+def serve(smollm2_path, db):
+    """The module's server; test_a_restart_between_two_chained_turns restarts it (same port, same file)."""
+    with RestartableServer(smollm2_path, "-c", "4096", "--parallel", "2", "--chat-template", "chatml-tools",
+                           "--api-key", ",".join(KEYS), "--responses-db", str(db)) as serve:
+        yield serve
+
+
+@pytest.fixture(scope="module")
+def server(serve):
+    return serve.port
 
 
 def client(port: int, key: str = KEYS[0]) -> openai.AsyncOpenAI:
@@ -217,14 +223,14 @@ def test_a_conversation_id_and_a_conversations_session(server):
     assert Report.model_validate_json(in_session[1]["content"][0]["text"]) == third.final_output
 
 
-def test_a_restart_between_two_chained_turns(server, whole, smollm2_path, db):
+def test_a_restart_between_two_chained_turns(serve, whole):
     first = whole["responses"].last_response_id
-    with llamaplug_server(smollm2_path, "-c", "4096", "--chat-template", "chatml-tools", "--api-key", ",".join(KEYS),
-                          "--responses-db", str(db)) as (port, _):
-        model = models(port)["responses"]
-        reporter = Agent(name="Reporter", instructions="Report the temperature.", model=model, output_type=Report,
-                         model_settings=ModelSettings(max_tokens=24, temperature=0))
-        result = asyncio.run(Runner.run(reporter, "And now?", previous_response_id=first))
-        assert isinstance(result.final_output, Report)
-        oai = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEYS[0], max_retries=0)
-        assert oai.responses.retrieve(result.last_response_id).previous_response_id == first
+    # the server that ran the first turns stops, its process gone, before one on the same file starts
+    assert serve.restart().returncode is not None
+    model = models(serve.port)["responses"]
+    reporter = Agent(name="Reporter", instructions="Report the temperature.", model=model, output_type=Report,
+                     model_settings=ModelSettings(max_tokens=24, temperature=0))
+    result = asyncio.run(Runner.run(reporter, "And now?", previous_response_id=first))
+    assert isinstance(result.final_output, Report)
+    oai = openai.OpenAI(base_url=f"http://127.0.0.1:{serve.port}/v1", api_key=KEYS[0], max_retries=0)
+    assert oai.responses.retrieve(result.last_response_id).previous_response_id == first

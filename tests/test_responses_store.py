@@ -2,8 +2,9 @@
 driven by the real `openai` client against `llamaplug serve` (SmolLM2).
 
 The reference for a chained turn is the same conversation sent whole: its prompt (the input_tokens count) and
-its greedy reply must be the ones the chained request gets. The store is a file: a second server on the same
-file continues a chain the first one started; a key never reaches another key's responses.
+its greedy reply must be the ones the chained request gets. The store is a file: after the module's server is
+stopped (its process gone) and started again on the same file, it continues a chain the stopped one started; a
+key never reaches another key's responses.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import urllib.request
 
 import openai
 import pytest
-from llamaplug_testing import llamaplug_server
+from llamaplug_testing import RestartableServer, llamaplug_server
 
 KEYS = ("key-a", "key-b")
 TOKENS = 8
@@ -30,10 +31,16 @@ def db(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(smollm2_path, db):
-    with llamaplug_server(smollm2_path, "-c", "2048", "--parallel", "2", "--api-key", ",".join(KEYS),
-                          "--responses-db", str(db), "--max-messages", str(MAX_MESSAGES)) as (port, _):
-        yield port
+def serve(smollm2_path, db):
+    """The module's server; test_a_restart_between_two_chained_turns restarts it (same port, same file)."""
+    with RestartableServer(smollm2_path, "-c", "2048", "--parallel", "2", "--api-key", ",".join(KEYS),
+                           "--responses-db", str(db), "--max-messages", str(MAX_MESSAGES)) as serve:
+        yield serve
+
+
+@pytest.fixture(scope="module")
+def server(serve):
+    return serve.port
 
 
 def client(port: int, key: str = KEYS[0]) -> openai.OpenAI:
@@ -192,14 +199,13 @@ def test_another_key_never_reads_them(server, oai, model, first, db):
     assert owners and not any(k in o for o in owners for k in KEYS)
 
 
-def test_a_restart_between_two_chained_turns(smollm2_path, db, model, first):
-    with llamaplug_server(smollm2_path, "-c", "2048", "--api-key", ",".join(KEYS), "--responses-db", str(db)
-                          ) as (port, _):
-        again = client(port)
-        second = create(again, model, input=SECOND, previous_response_id=first.id)
-        assert [i.content[0].text for i in again.responses.input_items.list(second.id, order="asc").data] == [
-            FIRST, first.output_text, SECOND]
-        assert second.output_text == create(again, model, input=whole(first.output_text), store=False).output_text
+def test_a_restart_between_two_chained_turns(serve, oai, model, first):
+    # the server that answered the first turn stops, its process gone, before one on the same file starts
+    assert serve.restart().returncode is not None
+    second = create(oai, model, input=SECOND, previous_response_id=first.id)
+    assert [i.content[0].text for i in oai.responses.input_items.list(second.id, order="asc").data] == [
+        FIRST, first.output_text, SECOND]
+    assert second.output_text == create(oai, model, input=whole(first.output_text), store=False).output_text
 
 
 def test_no_responses_store(smollm2_path, tmp_path):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from .child import Terminal, run_isolated
 from .generation import greedy
-from .servers import free_port, llama_server, llamaplug_server, on_both, post_json, post_status
+from .servers import RestartableServer, free_port, llama_server, llamaplug_server, on_both, post_json, post_status
 from .settings import CHATML, REPO, THREADS
 
-__all__ = ["CHATML", "REPO", "THREADS", "Terminal", "free_port", "greedy", "llama_server", "llamaplug_server",
-           "on_both", "post_json", "post_status", "run_isolated"]
+__all__ = ["CHATML", "REPO", "THREADS", "RestartableServer", "Terminal", "free_port", "greedy", "llama_server",
+           "llamaplug_server", "on_both", "post_json", "post_status", "run_isolated"]

@@ -35,19 +35,44 @@ def llama_server(bin_dir: Path, model: Path, *args: str) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def llamaplug_server(model: Path | None, *args: str, host: str = "127.0.0.1"
+def llamaplug_server(model: Path | None, *args: str, host: str = "127.0.0.1", port: int | None = None
                      ) -> Iterator[tuple[int, subprocess.Popen]]:
-    """`llamaplug serve` on a free port, until the block ends; yields the port and the process.
+    """`llamaplug serve` on a free port (or `port`), until the block ends; yields the port and the process.
 
     `model` None: no -m (`args` say what to serve: --models-dir, say).
     """
-    port = free_port()
+    port = port or free_port()
     given = ["-m", str(model)] if model is not None else []
     proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", *given, "--host", host,
                              "--port", str(port), "-t", str(THREADS), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for ready in _serving(proc, port, "llamaplug serve"):
         yield ready, proc
+
+
+class RestartableServer:
+    """`llamaplug serve` (llamaplug_server's arguments) that a test can restart: `restart` stops it, its process
+    gone, then starts it again with the same arguments on the same port (serve binds with SO_REUSEADDR), so the
+    clients made before reach the new process. Use as a context manager."""
+
+    def __init__(self, model: Path | None, *args: str):
+        self._model, self._args = model, args
+        self._stack = contextlib.ExitStack()
+        self.port, self.proc = self._stack.enter_context(llamaplug_server(model, *args))
+
+    def restart(self) -> subprocess.Popen:
+        """Stop the server, wait until its process is gone, start it again; the stopped process."""
+        old = self.proc
+        self._stack.close()
+        old.wait(timeout=30)  # (after a kill too)
+        self.port, self.proc = self._stack.enter_context(llamaplug_server(self._model, *self._args, port=self.port))
+        return old
+
+    def __enter__(self) -> RestartableServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
 
 
 def wait_healthy(proc: subprocess.Popen, port: int, name: str) -> None:
