@@ -93,6 +93,26 @@ def test_a_long_prompt_does_not_stall_running_streams(batched):
     assert len(short_before) >= 3, seen  # the short one produced tokens while the long prompt was read
 
 
+def test_a_job_that_asks_hears_how_far_its_prompt_is_read_after_each_batch(batched):
+    """Job.progress (llama-server's return_progress): a chunk when the prompt starts (what the cache gave) and one
+    after each batch of n_batch tokens read, before the first token, with the prompt's timings so far."""
+    from llamaplug.high import events
+    from llamaplug.high.jobs import completion_jobs
+
+    job = completion_jobs(batched, ["Notes: " + "note " * 300], 2)[0]
+    job.progress = True
+    chunks = [c for _, c in events.stream(batched.engine, [job])]
+    progress = [c.progress for c in chunks if c.progress is not None]
+    n, cache = len(job.prompt), progress[0].cache
+    assert n > 2 * N_BATCH and all(p.total == n and p.cache == cache for p in progress)
+    assert [p.processed for p in progress] == [cache, *range(cache + N_BATCH, n, N_BATCH), n]
+    assert chunks[:len(progress)] == [c for c in chunks if c.progress is not None]  # all before the first token
+    ms = [c.timings.prompt_ms for c in chunks[:len(progress)]]
+    assert ms[0] == 0 and ms == sorted(ms) and ms[-1] > 0
+    assert [c.timings.prompt_tokens - c.timings.cached_tokens for c in chunks[:len(progress)]] == \
+        [p.processed - cache for p in progress]
+
+
 def test_prefix_cache_reuses_a_slots_tokens(batched, single):
     system = "Notes from the astronomy club, written for beginners. " * 6
     first = batched.create_completion(system + "The sun is", max_tokens=8)

@@ -31,6 +31,7 @@ from llamaplug_testing.servers import wait_healthy
 
 CTX = 1024  # one slot of 1024 positions on both
 SCRIPT_PROMPT = "The capital of France is"
+PROGRESS_PROMPT = "Once upon a time in a land far away there lived a brave knight"  # asked once: nothing cached
 EOS_PROMPT = "<|im_start|>user\nSay only the word yes.<|im_end|>\n<|im_start|>assistant\n"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -114,6 +115,8 @@ def llama_server_script(port: int) -> dict[str, tuple[int, Any]]:
         "ignore_eos": call(port, "/completion", {"prompt": EOS_PROMPT, "n_predict": 10, "temperature": 0,
                                                  "ignore_eos": True}),
         "one_token": call(port, "/completion", {"prompt": SCRIPT_PROMPT, "n_predict": 1, "temperature": 0}),
+        "progress": call(port, "/completion", {"prompt": PROGRESS_PROMPT, "n_predict": 2, "temperature": 0,
+                                               "stream": True, "return_progress": True, "timings_per_token": True}),
         "tokenize": call(port, "/tokenize", {"content": "Hello world, héllo <|im_start|>"}),
         "tokenize_pieces": call(port, "/tokenize", {"content": "Hello world, héllo", "with_pieces": True}),
         "detokenize": call(port, "/detokenize", {"tokens": [19556, 905, 28]}),
@@ -257,6 +260,24 @@ def test_stream_is_llama_servers(both):
         assert {"index", "content", "tokens", "stop", "tokens_predicted", "tokens_evaluated"} <= set(events[0])
     assert _shape(ours[0]) == _shape(theirs[0])
     assert COMPLETION_KEYS <= set(ours[-1])
+
+
+def test_return_progress_streams_llama_servers_prompt_progress(both):
+    """The pin's test_metrics_timings_on_prompt_progress on both: a /completion stream with return_progress gives a
+    prompt_progress piece when the prompt starts and after each batch (one here: n_batch 2048), before its first
+    token, with the timings so far (timings_per_token). On the old code serve sent none. (llama-server's piece says
+    "tokens": [0], a token it never sampled; ours [].)"""
+    (s1, theirs), (s2, ours) = both["theirs"]["progress"], both["ours"]["progress"]
+    assert s1 == s2 == 200
+    for events in (theirs, ours):
+        progress = [e for e in events if "prompt_progress" in e]
+        assert progress == events[:len(progress)] and all(e["content"] == "" for e in progress)
+        first = progress[0]["timings"]
+        assert first["prompt_n"] == first["predicted_n"] == 0 and first["prompt_ms"] == first["predicted_ms"] == 0
+        assert progress[-1]["timings"]["prompt_ms"] > 0
+    assert [e["prompt_progress"] | {"time_ms": 0} for e in ours if "prompt_progress" in e] == \
+        [e["prompt_progress"] | {"time_ms": 0} for e in theirs if "prompt_progress" in e]
+    assert [_shape(e | {"tokens": []}) for e in ours[:3]] == [_shape(e | {"tokens": []}) for e in theirs[:3]]
 
 
 @pytest.mark.parametrize("name", ["tokenize", "tokenize_pieces", "detokenize", "apply_template",

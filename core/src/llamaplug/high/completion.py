@@ -70,8 +70,22 @@ class Completion:
 
 
 @dataclasses.dataclass(frozen=True)
+class PromptProgress:
+    """How far the prompt is read (llama-server's prompt_progress): its positions, those found in the cache, those
+    in the cache now (the cached ones and the ones read so far), and the milliseconds since the request started."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
 class CompletionChunk:
-    """One streamed piece: new text (possibly empty while a character or stop sequence is pending)."""
+    """One streamed piece: new text (possibly empty while a character or stop sequence is pending).
+
+    A job that asked for it (`Job.progress`) also gets a chunk with no text for the start of its prompt and for each
+    batch of it read (`progress`; its `timings` say the prompt so far)."""
 
     text: str
     tokens: list[int]
@@ -79,6 +93,7 @@ class CompletionChunk:
     stop_reason: StopReason | None = None
     timings: CompletionTimings | None = None
     stop_string: str | None = None  # on the final chunk: the stop string that ended the generation
+    progress: PromptProgress | None = None  # on a prompt progress chunk (Job.progress)
 
 
 # A request's stop sequences: every one is matched against every generated character (TextAssembler), so

@@ -294,6 +294,8 @@ class Engine:
             self.stats.prompt_tokens += job.n_prompt
             self.stats.cached_tokens += cached
             self._count_store()
+            if job.progress:  # llama-server's first report, before any batch: what the cache gave
+                self._emitter.progress(slot, start=True)
         self.stats.waiting = len(self._waiting)
         self.stats.busy_slots = sum(s.job is not None for s in self._slots)
 

@@ -24,6 +24,8 @@ class Job:
     media: Any = None  # an MtmdInputChunks (plugin llamaplug-mtmd) in place of `prompt`'s tokens
     # Special tokens whose text the reply keeps (the chat layer's preserved tokens: a template's <tool_call>).
     render_special: frozenset[int] = frozenset()
+    # A chunk with `progress` when the prompt starts and after each batch of it (llama-server's return_progress)
+    progress: bool = False
     cancelled: bool = False
     done: bool = False
     # Filled in while it runs.

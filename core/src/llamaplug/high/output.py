@@ -5,7 +5,8 @@ slot samples it and applies the stop rules (`Slot.advance`: the token's text mad
 the stop-string automaton, its logprobs), and the emitter hands the chunk to the job's sink,
 counts it, and ends the job when a stop rule said so, with the last chunk (the text held
 back, the reason, the timings). Every end of a job goes through `end`: the job's last event
-(a chunk or an error) is sent once, and a sampler it owns is closed.
+(a chunk or an error) is sent once, and a sampler it owns is closed. A job that asks for it
+hears how far its prompt is read too (`progress`).
 
 A sink runs on the engine's thread (a queue's put, asyncio's call_soon_threadsafe); one that
 raises cancels its job, never the step.
@@ -17,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from .completion import CompletionChunk, CompletionTimings, StopReason
+from .completion import CompletionChunk, CompletionTimings, PromptProgress, StopReason
 from .job import Job
 from .slot import Slot
 from .stats import EngineStats
@@ -49,6 +50,18 @@ class Emitter:
         if out.reason is not None:
             self.finish(slot, out.reason)
         return out.token
+
+    def progress(self, slot: Slot, start: bool = False) -> None:
+        """Tell the slot's job how far its prompt is read (Job.progress): at its start (`start`: what the cache
+        gave, no time spent reading), then after each batch. Its timings are the prompt's so far, as llama-server's
+        on a progress chunk: the tokens read (not the cached) and the time until the last batch."""
+        job = slot.job
+        assert job is not None
+        elapsed = (time.perf_counter() - job.started) * 1e3
+        processed = len(slot.tokens)
+        self.emit(job, CompletionChunk("", [], timings=CompletionTimings(processed, 0.0 if start else elapsed, 0, 0.0,
+                                                                         job.cached),
+                                       progress=PromptProgress(job.n_prompt, job.cached, processed, int(elapsed))))
 
     def finish(self, slot: Slot, reason: StopReason) -> None:
         """End the slot's job with `reason`: the text the stop-string automaton held back, the timings."""

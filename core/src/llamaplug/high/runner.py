@@ -12,9 +12,10 @@
    drafter when the batch holds no prompt chunk (what a drafted row costs). With one KV cache for
    every sequence (kv_unified) a full cache is retried after an idle slot gave its cells back
    (`make_room`, one slot at a time, as llama-server), and ends the step's requests when none is left;
-6. hands each slot its rows: `Slot.consumed`, then the output step (output.py) samples the
-   slot's next token and turns it into events, or `speculative.verify` for a slot with
-   guesses (the cache is cut after the accepted ones).
+6. hands each slot its rows: `Slot.consumed` (a job that asked hears how far its prompt is read:
+   `Emitter.progress`), then the output step (output.py) samples the slot's next token and turns
+   it into events, or `speculative.verify` for a slot with guesses (the cache is cut after the
+   accepted ones).
 
 A plan's rows name their job: a slot whose admission failed, or whose job ended since the plan
 was made, is passed over. The engine's edits of its context go through `own` (the engine's epoch).
@@ -100,7 +101,12 @@ class Runner:
             end += n
             if slot.draft:
                 self._verify(slot, end - n)
-            elif slot.consumed(n):
+                continue
+            reading = slot.next is None  # a prompt chunk (a generating slot decoded its next token)
+            read = slot.consumed(n)
+            if reading and slot.job is not None and slot.job.progress:  # before the token it gives, as llama-server
+                emitter.progress(slot)
+            if read:
                 emitter.output(slot, end - 1)
 
     def _decode(self) -> None:

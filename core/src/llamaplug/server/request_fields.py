@@ -6,12 +6,12 @@ Shared by the chat route and /completion, so one field means one thing on both.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Any
 
 from ..blocks.grammar import Grammar
-from ..high.completion import TokenLogprob
-from ..high.engine import Job
+from ..high.completion import PromptProgress, TokenLogprob
 from .errors import BadRequestError
 
 if TYPE_CHECKING:
@@ -85,10 +85,6 @@ def token_entry(model: Any, lp: TokenLogprob, post: bool = False) -> dict[str, A
             top_key: top}
 
 
-def progress(job: Job, start: bool = False) -> dict[str, Any]:
-    """llama-server's prompt_progress once the prompt is read: total, cache, processed, time_ms; with `start`, its
-    first report, before any batch (processed: the cached tokens)."""
-    if start:
-        return {"total": job.n_prompt, "cache": job.cached, "processed": job.cached, "time_ms": 0}
-    elapsed = (job.first_token - job.started) * 1e3 if job.first_token else 0.0
-    return {"total": job.n_prompt, "cache": job.cached, "processed": job.n_prompt, "time_ms": int(elapsed)}
+def progress_fields(progress: PromptProgress) -> dict[str, Any]:
+    """llama-server's prompt_progress object of one of the engine's reports (Job.progress)."""
+    return dataclasses.asdict(progress)

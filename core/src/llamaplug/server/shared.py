@@ -34,7 +34,7 @@ from .errors import BadRequestError, exceeds_context
 from .native.schemas import NativeCompletionRequest
 from .openai.schemas import ChatRequest
 from .registry import Served
-from .request_fields import grammar_text, logit_bias, token_entry
+from .request_fields import grammar_text, logit_bias, progress_fields, token_entry
 from .streaming import off_loop, unless_gone
 
 _STOP_TYPES = {StopReason.EOS: "eos", StopReason.MAX_TOKENS: "limit", StopReason.CONTEXT_FULL: "limit",
@@ -68,7 +68,10 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
                                                   None if gbnf else grammar or None), request)
     settings = _settings(sampling, n_predict, body)
     if body.stream:
-        return StreamingResponse(_events(served, jobs, texts, settings, body.post_sampling_probs),
+        for job in jobs:
+            job.progress = body.return_progress
+        return StreamingResponse(_events(served, jobs, texts, settings, body.post_sampling_probs,
+                                         body.timings_per_token),
                                  media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
     done = collect_many(await unless_gone(request, agather(llama.engine, jobs)), jobs)
     results = [result(served, i, c, texts[i], settings, body.stop or [], body.return_tokens, body.post_sampling_probs)
@@ -171,12 +174,18 @@ def generation_settings(sampling: SamplerParams, n_predict: int, stop: str | lis
             "samplers": list(sampling.samplers)}
 
 
-async def _events(served: Served, jobs: list[Job], texts: list[str], settings: dict[str, Any], post: bool = False
-                  ) -> AsyncIterator[str]:
-    """llama-server's stream: a partial result per piece, then each prompt's final one (no [DONE])."""
+async def _events(served: Served, jobs: list[Job], texts: list[str], settings: dict[str, Any], post: bool = False,
+                  per_token: bool = False) -> AsyncIterator[str]:
+    """llama-server's stream: a partial result per piece (`per_token`: with the timings so far; a job with
+    `progress`: a prompt_progress piece as its prompt is read), then each prompt's final one (no [DONE])."""
     pieces: list[list[CompletionChunk]] = [[] for _ in jobs]
     try:
         async for i, chunk in astream(served.llama.engine, jobs):
+            if chunk.progress is not None:
+                yield _event({**partial(i, chunk, 0, len(jobs[i].prompt)),
+                              **({"timings": timings(chunk.timings)} if per_token and chunk.timings else {}),
+                              "prompt_progress": progress_fields(chunk.progress)})
+                continue
             pieces[i].append(chunk)
             if chunk.stop_reason is None:
                 if chunk.text or chunk.tokens:
@@ -184,7 +193,8 @@ async def _events(served: Served, jobs: list[Job], texts: list[str], settings: d
                     probs = {} if chunk.logprobs is None else {"completion_probabilities": [
                         token_entry(served.llama.model, _after_chain(lp, settings, post), post)
                         for lp in chunk.logprobs]}
-                    yield _event({**partial(i, chunk, produced, len(jobs[i].prompt)), **probs})
+                    per = {"timings": timings(so_far(jobs[i], chunk))} if per_token else {}
+                    yield _event({**partial(i, chunk, produced, len(jobs[i].prompt)), **probs, **per})
                 continue
             done = collect_many([(0, c) for c in pieces[i]], [jobs[i]])[0]
             final = result(served, i, done, texts[i], {**settings, "stream": True}, settings["stop"], False)

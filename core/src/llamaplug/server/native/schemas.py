@@ -74,6 +74,10 @@ class NativeCompletionRequest(_Native):
     structured_engine: StructuredEngine | None = Field(
         None, description="llamaplug's: what constrains the output to json_schema or grammar (default: the server's "
                           "--structured-engine)")
+    timings_per_token: bool = Field(False, description="a stream's every piece carries `timings` (so far)")
+    return_progress: bool = Field(False, description="a stream has a piece with prompt_progress (total, cache, "
+                                  "processed, time_ms) when the prompt starts and after each batch of it, as "
+                                  "llama-server's")
 
     def predict(self) -> int | None:
         """The tokens asked for, under llama-server's names in its order (its schema's n_predict field and that

@@ -19,7 +19,7 @@ from ...high.jobs import collect
 from ...high.structured import engine_for
 from ..errors import BadRequestError
 from ..registry import Served
-from ..request_fields import grammar_text, logit_bias, progress, token_entry
+from ..request_fields import grammar_text, logit_bias, progress_fields, token_entry
 from ..shared import so_far, timings, verbose_result
 from .schemas import ChatReply, ChatRequest
 
@@ -97,17 +97,17 @@ async def chat_events(served: Served, run: ChatRun, body: ChatRequest,
     pending: list[list[dict[str, Any]]] = [[] for _ in jobs]  # logprobs of tokens whose text is held back
     for i, stream in enumerate(streams):  # llama-server's first delta: the role and a null content (OpenAI's: "")
         yield _chunk(stream.first(), i, content=None)
-    started = [False] * len(jobs)
+    for job in jobs:
+        job.progress = body.return_progress
     ended: dict[str, Any] | None = None  # the timings of the last reply that ended
     async for i, piece in run.aevents():
         job = jobs[i]
-        extra: dict[str, Any] = {}
-        if body.return_progress and not started[i]:
-            # llama-server's first report (the cache, before any batch), then the prompt read (not one per batch
-            # between them: the engine does not report them)
-            yield _chunk(streams[i].chunk(Delta()), i, {"prompt_progress": progress(job, start=True)})
-            extra["prompt_progress"] = progress(job)
-        started[i] = True
+        if piece.progress is not None:  # llama-server's: when the prompt starts, then after each batch of it
+            fields: dict[str, Any] = {"prompt_progress": progress_fields(piece.progress)}
+            if body.timings_per_token and piece.timings is not None:
+                fields["timings"] = timings(piece.timings)
+            yield _chunk(streams[i].chunk(Delta()), i, fields)
+            continue
         if settings is not None:
             kept[i].append(piece)
         if piece.logprobs:
@@ -118,7 +118,7 @@ async def chat_events(served: Served, run: ChatRun, body: ChatRequest,
             if pending[i] and (out.choices[0].delta.content or out.choices[0].finish_reason):
                 out.choices[0].logprobs = {"content": pending[i]}
                 pending[i] = []
-            fields = extra if k == 0 else {}
+            fields = {}
             if last and (body.timings_per_token or piece.stop_reason is not None):
                 now = timings(so_far(job, piece))
                 if piece.stop_reason is not None:
@@ -130,8 +130,6 @@ async def chat_events(served: Served, run: ChatRun, body: ChatRequest,
                 done = collect(kept[i], job.prompt)
                 fields = {**fields, "__verbose": verbose_result(served, i, done, plan.params["prompt"], settings)}
             yield _chunk(out, i, fields)
-        if not outs and extra:  # the text is held back, but the prompt is read: say so now
-            yield _chunk(streams[i].chunk(Delta()), i, extra)
     if body.include_usage:  # OpenAI's stream_options: one more chunk, no choices, the usage
         n_prompt, n_out = jobs[0].n_prompt, sum(job.produced for job in jobs)
         usage = Usage(prompt_tokens=n_prompt, completion_tokens=n_out, total_tokens=n_prompt + n_out)

@@ -22,7 +22,7 @@ from ..errors import BadRequestError
 from ..mcp.responses import mcp_tool
 from ..openai.schemas import ChatRequest
 from ..registry import Served
-from ..request_fields import progress
+from ..request_fields import progress_fields
 from ..shared import so_far, timings
 from .schemas import (
     FunctionCallItem,
@@ -261,13 +261,14 @@ async def events(reply: Reply, run: ChatRun) -> AsyncIterator[tuple[str, str]]:
     yield reply.event("response.in_progress", response=reply.response(None))
     stream = ChatStream(reply.model, run.plan)
     items = StreamItems(reply)
-    body, read, job = reply.body, False, run.job
+    body, job = reply.body, run.job
+    job.progress = body.return_progress
     async for piece in run.achunks():
-        if body.return_progress and not read:  # llama-server's: the prompt read, said by an in_progress event
-            extra = {"timings": timings(so_far(job, piece))} if body.timings_per_token else {}
+        if piece.progress is not None:  # llama-server's: an in_progress event when the prompt starts and per batch
+            extra = {"timings": timings(piece.timings)} if body.timings_per_token and piece.timings else {}
             yield reply.event("response.in_progress", response=reply.response(None), **extra,
-                              prompt_progress=progress(job))
-        read = True
+                              prompt_progress=progress_fields(piece.progress))
+            continue
         for out in stream.feed(piece):
             choice = out.choices[0]
             events = items.feed(choice.delta)
