@@ -478,7 +478,8 @@ def _processing(port: int, headers: dict[str, str]) -> float:
 def test_llama_server_flags_we_have(argv, dest, value):
     from llamaplug.cli import parser
 
-    assert getattr(parser().parse_args(["serve", *argv, "--jinja", "--metrics", "--embeddings", "-cb"]), dest) == value
+    no_ops = ["--jinja", "--metrics", "--embeddings", "-cb", "--no-cache-idle-slots"]
+    assert getattr(parser().parse_args(["serve", *argv, *no_ops]), dest) == value
 
 
 def test_metrics_answer_501_without_the_flag_as_llama_servers(smollm2_path):
@@ -501,7 +502,7 @@ def test_metrics_answer_501_without_the_flag_as_llama_servers(smollm2_path):
 
 
 @pytest.mark.parametrize("flag", ["--ssl-key-file", "--yarn-beta-fast", "--spm-infill", "--threads-batch",
-                                  "--tools-runtime"])
+                                  "--tools-runtime", "--cache-idle-slots", "--backend-sampling"])
 def test_a_llama_server_flag_we_lack_is_an_error_naming_it(flag, capsys):
     from llamaplug.cli import parser
 

@@ -169,12 +169,15 @@ LLAMA_ARG_ENV = {
 _ENV_NOT_OURS = frozenset({"HF_TOKEN"})
 
 
-# Flags whose feature llamaplug serve always has: accepted, doing nothing (the --help line says why).
+# Flags whose setting llamaplug serve always has: accepted, doing nothing (the --help line says why).
 _ALWAYS_ON = {
     ("--embedding", "--embeddings"): "no-op: /v1/embeddings is always served",
     ("--rerank", "--reranking"): "no-op: /v1/rerank is always served (it needs a reranker model)",
     ("-cb", "--cont-batching"): "no-op: requests are always batched together",
     ("--cache-prompt",): "no-op: a slot's cached prefix is always reused",
+    # (llama-server's default, --cache-idle-slots, saves every idle slot at each new request: refused here)
+    ("--no-cache-idle-slots",): "no-op: an idle slot's KV goes to the host prompt cache only when a request takes "
+                                "its slot or (--kv-unified) its cells, as llama-server's --no-cache-idle-slots",
 }
 
 
