@@ -1,11 +1,11 @@
 """What an Ollama user does without thinking, on `llamaplug serve` (issue 48 parts 3 and 4).
 
 One server of a models dir: SmolLM2 under two names (smol-a, smol-b: with two models an unknown name
-is a 404, so every name must resolve) and two tiny generated GGUFs that are only shown, never loaded
-(one whose chat template offers tools and thinking and whose vocabulary has fill-in-the-middle tokens,
-one reranker with a pooling type). Clients are the official `ollama` and `openai` ones, and httpx sending
-curl's default form Content-Type. The capabilities expected are Ollama's own rules (server/images.go,
-Model.Capabilities) applied to what gguf-py reads in each file.
+is a 404, so every name must resolve; smol-b has models.toml's chat_template "chatml-tools") and two tiny
+generated GGUFs that are only shown, never loaded (one whose chat template offers tools and thinking and
+whose vocabulary has fill-in-the-middle tokens, one reranker with a pooling type). Clients are the official
+`ollama` and `openai` ones, and httpx sending curl's default form Content-Type. The capabilities expected
+are Ollama's own rules (server/images.go, Model.Capabilities) applied to what gguf-py reads in each file.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def folder(tmp_path_factory, smollm2_path):
         (folder / name).symlink_to(smollm2_path)
     tiny_gguf.write_gguf(folder / "tools-think.gguf", "llama", _tools_and_thinking)
     tiny_gguf.write_tiny_reranker(folder / "rank.gguf")
+    (folder / "models.toml").write_text('["smol-b.gguf"]\nchat_template = "chatml-tools"\n')
     return folder
 
 
@@ -125,3 +126,11 @@ def test_show_says_no_server_path_and_ollamas_capabilities(client, folder, smoll
     assert set(client.show("tools-think").capabilities) == {"completion", "tools", "thinking", "insert"}
     assert client.show("rank").capabilities == ["embedding"]
     assert client.show("smol-a").capabilities == ["completion"]
+
+
+def test_show_reads_the_template_the_model_is_served_with(client):
+    """models.toml gives smol-b the chat template "chatml-tools": /api/show's template and capabilities are that
+    template's (they were the GGUF's: ["completion"]), as a chat request on smol-b renders with it."""
+    shown = client.show("smol-b")
+    assert shown.capabilities == ["completion", "tools"]
+    assert "<tool_call>" in shown.template

@@ -53,13 +53,14 @@ class ModelCard:
     def chat_template(self) -> str | None:
         return self.info.chat_templates().get("default")
 
-    def capabilities(self, multimodal: bool = False) -> list[str]:
+    def capabilities(self, multimodal: bool = False, template: str | None = None) -> list[str]:
         """What the model can do, in Ollama's words and by its rules (server/images.go, Model.Capabilities): a
-        model with a pooling type embeds, any other completes; tools, thinking from its chat template; insert
-        from its fill-in-the-middle tokens (a GGUF's, where Ollama reads its own template's `.Suffix`); vision
-        with a projector (`multimodal`) or a vision tower in the file."""
+        model with a pooling type embeds, any other completes; tools, thinking from its chat template (`template`,
+        the one it is served with, else the GGUF's); insert from its fill-in-the-middle tokens (a GGUF's, where
+        Ollama reads its own template's `.Suffix`); vision with a projector (`multimodal`) or a vision tower in
+        the file."""
         keys = self.info.metadata
-        template = self.chat_template or ""
+        template = template if template is not None else self.chat_template or ""
         found = ["embedding" if f"{self.family}.pooling_type" in keys else "completion"]
         if "tools" in template:
             found.append("tools")

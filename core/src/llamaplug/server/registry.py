@@ -164,6 +164,14 @@ class ModelRegistry:
             return e.served.llama.projector is not None
         return e.spec is not None and e.spec.params.mmproj_path is not None
 
+    def chat_template(self, name: str) -> str | None:
+        """The chat template the model named `name` is served with in place of its GGUF's (models.toml's or
+        --chat-template: Jinja text or a template's name); None: the GGUF's own."""
+        e = self._entry(name)
+        if e.served is not None:
+            return e.served.chat_template
+        return e.spec.chat_template if e.spec is not None else None
+
     def engines(self) -> list[tuple[str, Engine]]:
         """(id, engine) of each loaded model (for /metrics)."""
         return [(e.id, e.served.llama.engine) for e in self._entries.values() if e.served is not None]
