@@ -261,9 +261,14 @@ def test_text_server_says_when_it_stopped(text_server):
 
 
 @pytest.fixture(scope="module")
-def json_server(smollm2_path):
-    """JSON lines at --log info with --verbose (llama.cpp's own lines too); no key; -ub 64 and --cache-exact."""
-    with started("-m", str(smollm2_path), "--log-format", "json", "--log", "info", "--verbose", "-ub", "64",
+def json_server(smollm2_path, tmp_path_factory):
+    """JSON lines at --log info with --verbose (llama.cpp's own lines too); no key; -ub 64 and --cache-exact.
+    The model from a models dir of one (loaded at start), whose models.toml gives it 2 slots in 1024 tokens
+    (the command line's -np 1 -c 512 are the others')."""
+    folder = tmp_path_factory.mktemp("one")
+    (folder / "smol.gguf").symlink_to(smollm2_path)
+    (folder / "models.toml").write_text('["smol.gguf"]\nn_seq_max = 2\nn_ctx = 1024\n')
+    with started("--models-dir", str(folder), "--log-format", "json", "--log", "info", "--verbose", "-ub", "64",
                  "--cache-exact") as server:
         yield server
 
@@ -285,6 +290,9 @@ def test_json_lines_parse_as_json(json_server):
     assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
     listening = [r for r in records if r["message"].startswith("listening on")]
     assert listening == [{**listening[0], "address": f"http://127.0.0.1:{json_server.port}", "auth": False}]
+    # models.toml's slots and context, as /slots has them (the line said -np's 1 slots)
+    loaded = [r["message"] for r in records if r["message"].startswith("loaded ")]
+    assert len(loaded) == 1 and loaded[0].endswith("smol.gguf: 2 slots of 512 tokens"), loaded
     assert "no API key" in listening[0]["message"]
     access = [r for r in records if r["logger"] == "llamaplug.server.access"]
     assert len(access) == 3 and access[0]["method"] == "POST" and access[0]["path"] == "/v1/completions"

@@ -139,7 +139,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if loading is not None:
         llama = registry.preload(specs[0].id, loading.result()).llama
-        serve_log.log.info("loaded %s: %d slots of %d tokens%s", specs[0].params.model_path, args.parallel,
+        # the engine's own counts: models.toml may give the model its own n_seq_max and n_ctx
+        serve_log.log.info("loaded %s: %d slots of %d tokens%s", specs[0].params.model_path, llama.engine.n_slots,
                            llama.engine.n_ctx_seq, " (one KV cache they share)" if args.kv_unified else "")
     else:
         serve_log.log.info("%d models, each loaded when first asked for: %s", len(specs),
