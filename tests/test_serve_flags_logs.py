@@ -81,6 +81,7 @@ def test_help_shows_the_host_and_port_defaults():
     assert done.returncode == 0
     assert "--host HOST address to listen on" in text and "(default: 127.0.0.1)" in text
     assert "--port PORT port to listen on, 0 for any free one (default: 8080)" in text
+    assert "requests decoded together (default: 4)" in text and "shared by the slots (default: 8192)" in text
     assert "no-op: there is no web UI" not in text and "--no-webui" in text
 
 

@@ -294,8 +294,10 @@ def parser() -> argparse.ArgumentParser:
                        "a path ending in .sock for a unix socket (default: 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=8080, help="port to listen on, 0 for any free one "
                        "(default: 8080)")
-    serve.add_argument("-np", "--parallel", type=int, default=4, help="slots: requests decoded together")
-    serve.add_argument("-c", "--ctx-size", type=int, default=8192, help="KV cache positions, shared by the slots")
+    serve.add_argument("-np", "--parallel", type=int, default=4, help="slots: requests decoded together "
+                       "(default: 4)")
+    serve.add_argument("-c", "--ctx-size", type=int, default=8192, help="KV cache positions, shared by the slots "
+                       "(default: 8192)")
     serve.add_argument("-kvu", "--kv-unified", dest="kv_unified", action=argparse.BooleanOptionalAction,
                        default=False, help="one KV cache that every slot draws from, as llama-server's: a slot may "
                        "then hold up to -c positions instead of c / parallel, and when the cache is full an idle "
