@@ -46,6 +46,7 @@ def serve(*args: str, env: dict[str, str] | None = None, timeout: int = 120) -> 
     (["--max-queue", "0"], "--max-queue"),  # was found by the registry, while the model loaded
     (["--max-loaded", "0"], "--max-loaded"),
     (["-ub", "0"], "-ub"),
+    (["--spec-type", "bogus"], "--spec-type"),  # was exit 1, one line, no usage (issue 48's walk-through)
 ])
 def test_a_bad_flag_is_exit_2_with_serves_usage_naming_it(argv, flag):
     done = serve(*argv)

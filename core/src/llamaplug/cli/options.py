@@ -59,7 +59,7 @@ def draft_params(args: argparse.Namespace) -> dict[str, object]:
     --spec nor -md, "auto" (drafting with no second model where the reply copies)."""
     from ..errors import InvalidParameterError
 
-    kind = _spec_type(args.spec_type) if args.spec_type is not None else None
+    kind = spec_type(args.spec_type) if args.spec_type is not None else None
     if args.spec is not None:
         if kind not in (None, "ngram-simple"):
             raise InvalidParameterError(f"--spec {args.spec} and --spec-type {args.spec_type} ask for two ways to "
@@ -80,7 +80,7 @@ def draft_params(args: argparse.Namespace) -> dict[str, object]:
     return given
 
 
-def _spec_type(value: str) -> str:
+def spec_type(value: str) -> str:
     """--spec-type's value (llama-server's comma-separated list: one type here) as LlamaParams.speculative."""
     from ..errors import InvalidParameterError
 

@@ -11,7 +11,7 @@ from ..errors import LlamaError, TokenizerError
 from ..server.builtin_tools import NAMES as BUILTIN_TOOLS
 from .gguf import INSPECT_JSON, cmd_inspect, cmd_quantize
 from .info import cmd_info
-from .options import REQUEST_DEFAULTS
+from .options import REQUEST_DEFAULTS, spec_type
 from .run import cmd_chat, cmd_run
 from .serve import cmd_rpc_server, cmd_serve
 
@@ -85,7 +85,7 @@ def _add_draft_arguments(parser: argparse.ArgumentParser) -> None:
     --spec-* flags with its meanings, and ours. Drafting with no second model is on unless --spec-type none."""
     parser.add_argument("-md", "--draft-model", "--spec-draft-model", "--model-draft", dest="draft_model",
                         help="a small GGUF of the same vocabulary that drafts tokens")
-    parser.add_argument("--spec-type", metavar="TYPE", default=None,
+    parser.add_argument("--spec-type", metavar="TYPE", default=None, type=_spec_type,
                         help="how to draft: auto (default: the reply's copies of its prompt, earlier turns or other "
                              "requests, adapted per request; no second model), none (off: greedy text is "
                              "llama-completion's exactly), ngram-mod, ngram-simple (llama-server's), draft-simple "
@@ -108,6 +108,14 @@ def _add_draft_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec-ngram-mod-n-max", dest="ngram_mod_n_max", type=int, default=None, metavar="N",
                         help="auto, ngram-mod: the most tokens drafted per step (default 64; auto: 32 or 64, as "
                              "n-match)")
+
+
+def _spec_type(text: str) -> str:
+    """--spec-type's value checked as the parser reads it: a bad one is a usage error, as a bad choice is."""
+    try:
+        return spec_type(text)
+    except LlamaError as exc:  # (InvalidParameterError)
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:
