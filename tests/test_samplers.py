@@ -188,6 +188,12 @@ def test_grammar_from_file_and_its_errors(tmp_path):
         lp.Grammar.from_file(path)
     assert (err.value.line, err.value.column) == (2, 18) and "expecting newline or end" in err.value.reason
     assert str(path) in str(err.value)
+    # the grammar ends where the parser wants more: it points at the end (its "at <rest>" has no rest), and
+    # line and column say so (they were None: README's example, issue 48's walk-through)
+    with pytest.raises(lp.InvalidGrammarError) as err:
+        lp.Grammar.from_string('root ::= "a"\nitem ::= ("yes" | \n')
+    assert (err.value.line, err.value.column) == (2, 18), err.value
+    assert err.value.reason == "expecting ')' at the end of the grammar"
     with pytest.raises(lp.InvalidGrammarError, match="does not contain a 'start' symbol"):
         lp.Grammar.from_string('root ::= "a"', root="start")
     with pytest.raises(lp.InvalidGrammarError, match="Undefined rule identifier 'missing'"):

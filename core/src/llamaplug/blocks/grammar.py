@@ -39,6 +39,9 @@ def _reason(source: str, printed: str) -> tuple[str, int | None, int | None]:
     if sep and rest and body.endswith(rest):
         line, column = _position(source, len(body) - len(rest))
         return reason, line, column
+    if text.strip().endswith(" at"):  # nothing left: the parser points at the end of the grammar
+        line, column = _position(source, len(body))
+        return f"{text.strip()[:-3]} at the end of the grammar", line, column
     text = text.strip()
     return text.splitlines()[0] if text else "llama.cpp gave no reason", None, None
 
