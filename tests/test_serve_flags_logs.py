@@ -308,6 +308,17 @@ def test_json_lines_parse_as_json(json_server):
     assert records.index(stopped[0]) > records.index(access[0])  # (uvicorn's own last line may follow it)
 
 
+def test_log_warning_wins_over_verbose_for_uvicorns_lines(smollm2_path, tmp_path):
+    """--log warning -v: uvicorn's info lines (started, startup/shutdown complete) stay out, as the library's do
+    (they came: -v set uvicorn's level to info whatever --log said). A models dir of two: nothing loads."""
+    for name in ("a.gguf", "b.gguf"):
+        (tmp_path / name).symlink_to(smollm2_path)
+    with started("--models-dir", str(tmp_path), "--log", "warning", "-v") as server:
+        lines = stop(server)
+    assert any(line.startswith("llamaplug.serve: stopped after ") for line in lines), lines
+    assert not [line for line in lines if line.startswith("uvicorn")], lines
+
+
 def test_a_stderr_nobody_reads_stalls_no_request(smollm2_path, tmp_path):
     """The access lines fill a pipe nobody reads (64 KiB): the requests go on
     (the lines are written by a thread of their own), and the server still stops at once. A models dir: no

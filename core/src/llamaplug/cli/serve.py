@@ -187,7 +187,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app.state.mcp_bounds = (args.mcp_max_steps, args.mcp_timeout)
         serve_log.log.info("MCP tools: %s", ", ".join(app.state.mcp.tools) or "none")
     # uvicorn's loggers go to the handler serve_log set up (log_config None: uvicorn leaves logging alone)
-    options = {**uvicorn_options(args.max_header_kib * 1024), "log_level": "info" if args.verbose else "warning",
+    # uvicorn's info lines (started, startup complete, ...) only with --verbose, and never below --log's level
+    import logging
+
+    uvicorn_level = max(logging.getLogger().level, logging.INFO if args.verbose else logging.WARNING)
+    options = {**uvicorn_options(args.max_header_kib * 1024), "log_level": uvicorn_level,
                "access_log": False, "log_config": None}
     started()
     # SIGTERM or Ctrl-C: running requests get --shutdown-timeout seconds, then end with an error event (shutdown.py)
