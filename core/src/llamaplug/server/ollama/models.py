@@ -126,16 +126,17 @@ async def show(body: ModelName, registry: Annotated[ModelRegistry, Depends(serve
     ident = resolve(registry, body.which())
     c = await model_card(registry, ident)
     meta = c.metadata(arrays=body.verbose)
-    # the template the server renders with (models.toml's, --chat-template), as a chat request would
+    template = c.chat_template or ""
+    # capabilities from the template the server renders with (models.toml's, --chat-template), as a chat request
     override = registry.chat_template(ident)
-    template = OWN_TEMPLATES.get(override, override) if override is not None else c.chat_template or ""
+    served_template = OWN_TEMPLATES.get(override, override) if override is not None else template
     license_ = meta.get("general.license")
     # FROM the model's name, where Ollama writes its blob's path: a client learns nothing of the server's disk
     return {"license": license_ if isinstance(license_, str) else "",
             "modelfile": f"# served by llamaplug {__version__}\nFROM {listed(ident)}\n", "parameters": "",
             "template": template, "details": details(c) | {"context_length": c.context_length,
                                                              "embedding_length": c.embedding_length},
-            "model_info": meta, "capabilities": c.capabilities(registry.multimodal(ident), template),
+            "model_info": meta, "capabilities": c.capabilities(registry.multimodal(ident), served_template),
             "modified_at": iso(c.modified)}
 
 
