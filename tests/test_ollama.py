@@ -367,6 +367,18 @@ def test_bad_bodies_are_ollamas_4xx(port, names, path, body):
     assert httpx.get(f"http://127.0.0.1:{port}/api/version", headers=AUTH).status_code == 200
 
 
+def test_a_refused_generate_does_not_load_its_model(client, port, names):
+    """/api/generate's fields refused whatever the model (template, context, images with raw) are a 400 before
+    the model loads (an unloaded model was loaded first, then the request refused)."""
+    name = names[1]
+    assert client.generate(model=name, keep_alive=0).done_reason == "unload"  # no prompt, keep_alive 0: unload
+    for extra in ({"template": "{{ .Prompt }}"}, {"context": [1, 2]}, {"raw": True, "images": ["aGVsbG8="]}):
+        got = httpx.post(f"http://127.0.0.1:{port}/api/generate", json={"model": name, "prompt": "x", **extra},
+                         headers=AUTH, timeout=60)
+        assert got.status_code == 400 and set(got.json()) == {"error"}, got.text
+        assert states(port)[name] == "unloaded", extra
+
+
 def test_the_key_guard_answers_in_ollamas_shape(port, client):
     for path in ("/api/tags", "/api/version"):
         got = httpx.get(f"http://127.0.0.1:{port}{path}")

@@ -61,6 +61,8 @@ def leased(body_type: type[ChatRequest | GenerateRequest | EmbedRequest | Embedd
         if _loads_only(body):
             yield Leased(None, ident, keep_alive, started, 0)
             return
+        if isinstance(body, GenerateRequest):
+            _check_generate(body)  # before the load: a refused request does not load its model
         async with registry.lease(ident, keep_alive) as served:
             yield Leased(served, ident, keep_alive, started, time.perf_counter_ns() - started)
 
@@ -68,6 +70,20 @@ def leased(body_type: type[ChatRequest | GenerateRequest | EmbedRequest | Embedd
     # naming a local variable: give it the type itself.
     lease.__annotations__ = {"request": Request, "body": body_type}
     return lease
+
+
+def _check_generate(body: GenerateRequest) -> None:
+    """The fields /api/generate refuses whatever the model (checked before it is loaded)."""
+    if body.template:
+        raise BadRequestError("template: Ollama's Go templates are not read here; the model's own chat template "
+                              "is used (or send the whole prompt with raw: true)", param="template")
+    if body.context:
+        raise BadRequestError("context (deprecated by Ollama) is not supported: send the conversation as /api/chat "
+                              "messages", param="context")
+    if body.images and (body.suffix or body.raw):
+        # (images go where the chat template puts the user's message: a raw or fill-in-the-middle prompt has none)
+        raise BadRequestError(f"images need the chat template: not with {'suffix' if body.suffix else 'raw'}",
+                              param="images")
 
 
 def _loads_only(body: Any) -> bool:
@@ -104,23 +120,13 @@ async def generate(body: GenerateRequest, request: Request,
                    lease: Annotated[Leased, Depends(leased(GenerateRequest))]) -> Any:
     if lease.served is None:
         return await _load_or_unload(models(request), lease, body.model, {"response": ""})
-    if body.template:
-        raise BadRequestError("template: Ollama's Go templates are not read here; the model's own chat template "
-                              "is used (or send the whole prompt with raw: true)", param="template")
-    if body.context:
-        raise BadRequestError("context (deprecated by Ollama) is not supported: send the conversation as /api/chat "
-                              "messages", param="context")
     served = lease.served
     llama = served.llama
     sampling = Sampling(body.options, llama.params.seed)
     limit = token_limit(request, sampling.max_tokens)
     form = response_format(body.format)
     prompt = body.prompt or ""
-    if body.images and (body.suffix or body.raw):
-        # (images go where the chat template puts the user's message: a raw or fill-in-the-middle prompt has none)
-        raise BadRequestError(f"images need the chat template: not with {'suffix' if body.suffix else 'raw'}",
-                              param="images")
-    if body.images:
+    if body.images:  # (checked with suffix and raw before the load: _check_generate)
         _check_images(served, body.model, "images")
     run: ChatRun | None = None
     if body.suffix:
