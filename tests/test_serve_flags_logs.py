@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -317,6 +318,41 @@ def test_log_warning_wins_over_verbose_for_uvicorns_lines(smollm2_path, tmp_path
         lines = stop(server)
     assert any(line.startswith("llamaplug.serve: stopped after ") for line in lines), lines
     assert not [line for line in lines if line.startswith("uvicorn")], lines
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_model_loads_ends_with_the_stopped_line(tmp_path, sig):
+    """A signal while -m's model loads: the "stopped" line, exit 0, at once, as a signal while serving (it was
+    exit 143 / 130 with no line). The model is a FIFO: its load waits in open() until the test opens the other end,
+    and then reads nothing (a model on a slow disk)."""
+    fifo = tmp_path / "slow.gguf"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "llamaplug.cli", "serve", "-m", str(fifo), "--port",
+                             str(free_port()), "--log", "info"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    writer = None
+    try:
+        deadline = time.monotonic() + 60
+        while writer is None and proc.poll() is None and time.monotonic() < deadline:
+            try:  # succeeds once the load has opened the file to read it
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.05)
+        assert writer is not None, proc.poll()
+        time.sleep(0.5)  # (the load started right before serve set its handlers)
+        start = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - start
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = err.splitlines()
+    assert proc.returncode == 0 and lines[-1].startswith("llamaplug.serve: stopped after "), lines[-5:]
+    assert "0 requests served" in lines[-1] and "Traceback" not in err and took < 10, (took, lines[-5:])
 
 
 def test_a_stderr_nobody_reads_stalls_no_request(smollm2_path, tmp_path):

@@ -16,7 +16,30 @@ if TYPE_CHECKING:
     from ..params import LlamaParams
 
 
+class _StoppedLoading(BaseException):
+    """SIGTERM or SIGINT while the model loads (raised in the main thread by _stop_loading)."""
+
+
+def _stop_loading(signum: int, frame: object) -> None:
+    raise _StoppedLoading(signum)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    import time
+
+    began = time.monotonic()
+    try:
+        return _serve(args)
+    except _StoppedLoading:
+        from . import serve_log
+
+        # the line a server that stopped writes; then out at once, not after the load (its thread cannot be
+        # stopped, and the interpreter's exit would wait for it): exit 0, as a server stopped by a signal
+        serve_log.stopped(time.monotonic() - began, 0)
+        os._exit(0)
+
+
+def _serve(args: argparse.Namespace) -> int:
     from ..catalog import default_model
     from ..errors import InvalidParameterError
     from ..params import ContextParams
@@ -125,6 +148,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # import: /health is ready sooner. (Off the main thread the core leaves Ctrl-C alone, as uvicorn takes
         # it over anyway.)
         loading = preload.start(specs[0].params)
+        import signal
+
+        # a signal while it loads: the "stopped" line, exit 0 (see cmd_serve), rather than a silent 143 / 130
+        stop_handlers = {sig: signal.signal(sig, _stop_loading) for sig in (signal.SIGTERM, signal.SIGINT)}
     from ..server.registry import ModelRegistry
 
     registry = ModelRegistry(specs=specs, max_loaded=args.max_loaded, keep_alive=args.keep_alive,
@@ -142,6 +169,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # the engine's own counts: models.toml may give the model its own n_seq_max and n_ctx
         serve_log.log.info("loaded %s: %d slots of %d tokens%s", specs[0].params.model_path, llama.engine.n_slots,
                            llama.engine.n_ctx_seq, " (one KV cache they share)" if args.kv_unified else "")
+        for sig, handler in stop_handlers.items():
+            signal.signal(sig, handler)
     else:
         serve_log.log.info("%d models, each loaded when first asked for: %s", len(specs),
                            ", ".join(s.id for s in specs))
