@@ -198,6 +198,10 @@ def test_grammar_from_file_and_its_errors(tmp_path):
         lp.Grammar.from_string('root ::= "a"', root="start")
     with pytest.raises(lp.InvalidGrammarError, match="Undefined rule identifier 'missing'"):
         lp.SamplerChain().grammar('root ::= missing')
+    # llama.cpp names an undefined rule but not where: its first use (not in a literal, a class or a comment)
+    with pytest.raises(lp.InvalidGrammarError) as err:
+        lp.Grammar.from_string('root ::= "missing" [missing] item # missing\nitem ::= "a" missing\n')
+    assert (err.value.line, err.value.column) == (2, 14), err.value
 
 
 def test_a_grammar_chain_accepts_only_its_own_samples(llama):

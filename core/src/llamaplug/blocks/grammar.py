@@ -11,6 +11,7 @@ with the line, the column and llama.cpp's reason.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,24 @@ def _reason(source: str, printed: str) -> tuple[str, int | None, int | None]:
         line, column = _position(source, len(body))
         return f"{text.strip()[:-3]} at the end of the grammar", line, column
     text = text.strip()
-    return text.splitlines()[0] if text else "llama.cpp gave no reason", None, None
+    reason = text.splitlines()[0] if text else "llama.cpp gave no reason"
+    undefined = re.fullmatch(r"Undefined rule identifier '(.+)'", reason)
+    if undefined:  # llama.cpp says which name, not where: its first use
+        offset = _first_use(source, undefined[1])
+        if offset is not None:
+            return reason, *_position(source, offset)
+    return reason, None, None
+
+
+_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|#[^\n]*|[a-zA-Z0-9_-]+')
+
+
+def _first_use(source: str, name: str) -> int | None:
+    """The offset of the first reference to rule `name` (not inside a literal, a class or a comment)."""
+    for token in _TOKEN.finditer(source):
+        if token[0] == name and not source[token.end():].lstrip(" \t").startswith("::="):
+            return token.start()
+    return None
 
 
 class Grammar:
