@@ -42,6 +42,7 @@ TOOLS = [WEATHER, TIME]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 NAMED = {"type": "function", "function": {"name": "get_time"}}
+NAMED_WEATHER = {"type": "function", "function": {"name": "get_weather"}}
 MAX_TOKENS = 80
 
 
@@ -219,6 +220,38 @@ def test_the_grammar_starts_at_the_call_after_the_thinking(llama, name, takes, r
     templates.close()
 
 
+NEMO_CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abc123def"}'
+K3_TWO = K3_CITY + '<|close|>call<|sep|><|open|>call tool="get_weather"<|sep|>' + K3_CITY
+# (template, one call, two calls): the JSON call lists of the per-call formats (Hermes-style <tool_call>: Qwen 2.5,
+# Hermes 2 Pro, llamaplug's chatml-tools), one JSON array (Mistral Nemo) and Kimi-K3's list of functions
+ONE_CALL_CASES = {"qwen2.5": (CASES["qwen2.5"][0], QWEN_CALL, QWEN_CALL + "\n" + QWEN_CALL),
+                  "hermes2pro": (CASES["hermes2pro"][0], QWEN_CALL, QWEN_CALL + "\n" + QWEN_CALL),
+                  "chatml-tools": ("chatml-tools", QWEN_CALL, QWEN_CALL + "\n" + QWEN_CALL),
+                  "mistral-nemo": (CASES["mistral-nemo"][0], f"[TOOL_CALLS][{NEMO_CALL}]",
+                                   f"[TOOL_CALLS][{NEMO_CALL}, {NEMO_CALL}]"),
+                  "kimi-k3": ("Kimi-K3.jinja", K3_CALL.format(K3_CITY), K3_CALL.format(K3_TWO))}
+
+
+@pytest.mark.parametrize("case", ONE_CALL_CASES)
+def test_a_named_function_is_one_call_whatever_parallel_tool_calls_says(llama, case):
+    """OpenAI's named tool_choice is "call exactly one specific function"; "required" is one or more. A named
+    function was "required" over that tool with the template's parallel_tool_calls default (true for these), so the
+    grammar took a list of calls: compat's chat_format="chatml-tools" gave 3 identical get_time calls (issue 48,
+    walk-through a15). A named function's grammar now takes one call, parallel_tool_calls unset or true;
+    "required" still takes several unless parallel_tool_calls is false. On the old code the named grammar takes two."""
+    from llamaplug.high.chat_plan import ChatSpec, plan_chat
+
+    name, one, two = ONE_CALL_CASES[case]
+    template = name if name == "chatml-tools" else (TEMPLATE_DIR / name).read_text()
+    for choice, parallel, takes_two in ((NAMED_WEATHER, None, False), (NAMED_WEATHER, True, False),
+                                        ("required", None, True), ("required", False, False)):
+        params = plan_chat(llama, ChatSpec(ASK, tools=TOOLS, tool_choice=choice, parallel_tool_calls=parallel,
+                                           chat_template=template)).params
+        grammar = Grammar.from_string(params["grammar"])
+        assert _accepts(llama, grammar, params["generation_prompt"] + one), (choice, parallel)
+        assert _accepts(llama, grammar, params["generation_prompt"] + two) is takes_two, (choice, parallel)
+
+
 def _accepts(llama: lp.Llama, grammar: Grammar, text: str) -> bool:
     """Whether `grammar` takes the tokens of `text` (llama.cpp's grammar reads them as a prefill)."""
     tokens = llama.model.tokenize(text, False, True)
@@ -272,9 +305,10 @@ def test_anthropic_tool_choice_gives_a_tool_use(served, choice, names):
     out = client.messages.create(model="m", max_tokens=MAX_TOKENS, messages=ASK, tools=tools, tool_choice=choice)
     uses = [b for b in out.content if b.type == "tool_use"]
     print(f"Anthropic tool_choice {choice}: {[(u.name, u.input) for u in uses]}")
-    # The reply starts at a call; more calls may follow (the last cut by max_tokens) unless parallel use is off.
+    # The reply starts at a call; more calls may follow (the last cut by max_tokens) unless parallel use is off or a
+    # tool is named (one tool_use, as OpenAI's named function: SmolLM2 wrote two before)
     assert out.content and out.content[0].type == "tool_use", out.content
-    if choice.get("disable_parallel_tool_use"):
+    if choice.get("disable_parallel_tool_use") or choice["type"] == "tool":
         assert len(uses) == 1 and out.stop_reason == "tool_use", out.content
     assert out.stop_reason in ("tool_use", "max_tokens")
     _check_calls([(u.name, json.dumps(u.input)) for u in uses[:1]], names)
@@ -319,12 +353,13 @@ def test_ollama_tool_choice_gives_a_call(served, smollm2_path):
     assert lines[-1]["done"] and not "".join(line["message"]["content"] for line in lines)
     calls = [(c["function"]["name"], json.dumps(c["function"]["arguments"]))
              for line in lines for c in line["message"].get("tool_calls", [])]
-    _check_calls(calls[:1], {"get_time"})
+    _check_calls(calls, {"get_time"})  # a named function: one call
 
 
 def test_compat_chatml_function_calling_with_a_named_tool_choice(smollm2_path):
     """llama-cpp-python's documented way: chat_format="chatml-function-calling" and a named tool_choice, no few-shot
-    turns (it returned text before blocks/tool_choice.py)."""
+    turns (it returned text before blocks/tool_choice.py). One call: a named function is "call exactly one" (on the
+    old code SmolLM2 wrote the same get_time call twice here, 3 times with max_tokens=200: issue 48, a15)."""
     from llamaplug.compat import llama_cpp as compat
 
     with compat.Llama(str(smollm2_path), n_ctx=1024, verbose=False, chat_format="chatml-function-calling") as llm:
@@ -332,7 +367,7 @@ def test_compat_chatml_function_calling_with_a_named_tool_choice(smollm2_path):
         calls = [(c["function"]["name"], c["function"]["arguments"]) for c in out["message"]["tool_calls"] or []]
         print(f"compat chatml-function-calling, get_time -> {calls}")
         assert out["finish_reason"] == "tool_calls" and not out["message"]["content"], out
-        _check_calls(calls[:1], {"get_time"})
+        _check_calls(calls, {"get_time"})
         assert out["message"]["function_call"]["name"] == "get_time"  # llama-cpp-python's legacy field too
 
 

@@ -12,7 +12,9 @@ What is content is what the parser tags "content" (its serialized arena, params[
 rules are named after the parser's id (`until-<id>`, `ac-<id>`) or are the rule it refers to. What the
 parser also tags "reasoning" stays (gpt-oss shares one message rule), and so does the thinking block.
 `parallel=False` makes the one-or-more call list of the JSON-native formats one call (the tagged formats'
-grammars already follow parallel_tool_calls). A call's id (string or number, Kimi-K2's index) is bounded to 16
+grammars already follow parallel_tool_calls); a named tool_choice comes here as "required" over that tool with
+parallel_tool_calls false (high/chat_plan.py), so it is one call whatever the request says, as OpenAI's contract.
+A call's id (string or number, Kimi-K2's index) is bounded to 16
 characters, and a
 raw-text string argument (the XML-style formats) opens no markup and keeps its maxLength (_bound_strings); a
 python-style call (LFM2) names each argument once (_args_once); a Gemma 4 call's dict is its schema's (_gemma4_args).

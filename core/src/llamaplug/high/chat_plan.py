@@ -31,9 +31,10 @@ class ChatSpec:
     """One chat request, in llama-server's terms: what the chat layer renders and how the reply is read.
 
     `tools` are OpenAI's tool dicts (or Python functions); `tool_choice` "auto", "none", "required" or
-    {"type": "function", "function": {"name": ...}}; `json_schema` / `grammar` constrain the reply
-    (`response_format` is turned into `json_schema`); `reasoning_format` "auto" (the thinking goes to
-    reasoning_content), "none" (kept inline), "deepseek" or "deepseek-legacy". `reasoning_budget_tokens`
+    {"type": "function", "function": {"name": ...}} (exactly one call of it); `parallel_tool_calls` None: the
+    template's default, as llama-server's (true where it can write several calls); `json_schema` / `grammar`
+    constrain the reply (`response_format` is turned into `json_schema`); `reasoning_format` "auto" (the thinking
+    goes to reasoning_content), "none" (kept inline), "deepseek" or "deepseek-legacy". `reasoning_budget_tokens`
     (llama-server's field, also its `thinking_budget_tokens`): the thinking's length in tokens, then
     `reasoning_budget_message` and the template's end-of-thinking tag are forced (0: it ends at once; -1 or
     None: unlimited)."""
@@ -133,6 +134,11 @@ def chat_request(spec: ChatSpec, messages: list[dict[str, Any]]) -> tuple[dict[s
             if not isinstance(value, bool):
                 raise InvalidParameterError(f"{key} must be true or false, got {value!r}", field=key)
             request[key] = value
+    if isinstance(spec.tool_choice, dict) and tools is not None:
+        # OpenAI's named function is "call exactly one specific function", whatever parallel_tool_calls says (the
+        # template's default lets a JSON call list repeat: SmolLM2 wrote the same get_time call 3 times); false
+        # makes the chat layer's grammar, and call_first's rewrite of the JSON-native formats', one call.
+        request["parallel_tool_calls"] = False
     if spec.reasoning_effort is not None:
         if not isinstance(spec.reasoning_effort, str):
             raise InvalidParameterError("reasoning_effort must be a string", field="reasoning_effort")
