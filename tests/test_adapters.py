@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 from fixtures.adapters import control_vector, write_control_vector, write_lora
-from llamaplug_testing import THREADS
+from llamaplug_testing import THREADS, llama_completion
 
 import llamaplug as lp
 
@@ -24,12 +22,7 @@ def files(tmp_path_factory):
 
 
 def native(bin_dir, model, *extra: str) -> str:
-    done = subprocess.run([str(bin_dir / "llama-completion"), "-m", str(model), "-p", PROMPT, "-n", str(N), "-no-cnv",
-                           "--temp", "0", "-t", str(THREADS), "-c", "2048", "--no-display-prompt", "--simple-io",
-                           "--no-warmup", *extra], capture_output=True, text=True, timeout=300,
-                          stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+    return llama_completion(bin_dir, model, PROMPT, N, "--temp", "0", *extra)
 
 
 def assert_same(ours: str, theirs: str) -> None:

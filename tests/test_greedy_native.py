@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from llamaplug_testing import THREADS
+from llamaplug_testing import llama_completion
 
 import llamaplug as lp
 
@@ -18,27 +16,10 @@ PROMPTS = [
 ]
 
 
-def native_completion(bin_dir, model, prompt: str) -> str:
-    # llama-completion writes through common_log's worker thread and ends with two blank lines of its own; once, in
-    # a whole-suite run, its stdout stopped one token and those lines short ('# 333.' where it always prints
-    # '# 333.3\n\n'): a cut output is the tool's, so it is asked again rather than compared.
-    for _ in range(3):
-        result = subprocess.run(
-            [str(bin_dir / "llama-completion"), "-m", str(model), "-p", prompt, "-n", str(N_PREDICT),
-             "-no-cnv", "--temp", "0", "-t", str(THREADS), "-c", "2048", "--no-display-prompt", "--simple-io",
-             "--no-warmup"],
-            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-        if result.stdout.endswith("\n\n"):
-            break
-    return result.stdout
-
-
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_greedy_matches_native(llama, native_tools, smollm2_path, prompt):
     ours = llama.create_completion(prompt, max_tokens=N_PREDICT, sampler=lp.SamplerChain().greedy())
-    native = native_completion(native_tools, smollm2_path, prompt)
+    native = llama_completion(native_tools, smollm2_path, prompt, N_PREDICT, "--temp", "0")
     assert ours.stop_reason == lp.StopReason.MAX_TOKENS
     assert len(ours.tokens) == N_PREDICT >= 32
     # llama-completion ends its output with blank lines of its own; everything before is the generation.

@@ -11,10 +11,9 @@ so the comparison would notice the sampler being dropped or ignored.
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
-from llamaplug_testing import THREADS, llama_server, post_json
+from llamaplug_testing import llama_completion, llama_server, post_json
 
 import llamaplug as lp
 
@@ -29,12 +28,7 @@ CTX = 2048
 
 def native_completion(bin_dir, model, *flags: str) -> str:
     """llama-completion's generated text for PROMPT (its prompt is not echoed)."""
-    done = subprocess.run(
-        [str(bin_dir / "llama-completion"), "-m", str(model), "-p", PROMPT, "-n", str(N), "-no-cnv",
-         "-t", str(THREADS), "-c", str(CTX), "--no-display-prompt", "--simple-io", "--no-warmup", *flags],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+    return llama_completion(bin_dir, model, PROMPT, N, *flags, ctx=CTX)
 
 
 def assert_same_text(ours: lp.Completion, native: str) -> None:

@@ -10,9 +10,9 @@ the root conftest.py loads for every folder; the GPU backends' child run and com
 from __future__ import annotations
 
 from .child import Terminal, run_isolated
-from .generation import greedy
+from .generation import greedy, llama_completion
 from .servers import RestartableServer, free_port, llama_server, llamaplug_server, on_both, post_json, post_status
 from .settings import CHATML, REPO, THREADS
 
-__all__ = ["CHATML", "REPO", "THREADS", "RestartableServer", "Terminal", "free_port", "greedy", "llama_server",
-           "llamaplug_server", "on_both", "post_json", "post_status", "run_isolated"]
+__all__ = ["CHATML", "REPO", "THREADS", "RestartableServer", "Terminal", "free_port", "greedy", "llama_completion",
+           "llama_server", "llamaplug_server", "on_both", "post_json", "post_status", "run_isolated"]
