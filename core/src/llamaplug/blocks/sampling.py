@@ -310,6 +310,7 @@ class SamplerChain(LlamaSampler):
         self._has_grammar = False
         self._selecting_at = -1  # len(names) right after a Python sampler that selects was added
         self._grammar: LlamaSampler | None = None  # a leading grammar, sampled apart from the native chain
+        self._leading_constraint = False  # names[0] is a plugin's constraint (constrained), sampled as a grammar
         self._checks: Any = ffi.NULL  # the grammars inside the native chain (see _build)
         self._n_checks = 0
         self._keeps_top: list[bool] = []  # per sampler: it never changes which token is the most likely
@@ -343,10 +344,12 @@ class SamplerChain(LlamaSampler):
         # Grammars inside the native chain (not owned here): each pick is checked against them before they
         # accept it (see llamaplug_pick_checked).
         inner = [ptr for name, ptr in zip(self.names, made) if name in GRAMMARS]
-        if self.names[0] in GRAMMARS and len(made) > 1:
-            # Sampled apart, the way llama.cpp's common sampler does (see llamaplug_sample_grammar_checked).
+        if (self.names[0] in GRAMMARS or self._leading_constraint) and len(made) > 1:
+            # Sampled apart, the way llama.cpp's common sampler does (see llamaplug_sample_grammar_checked):
+            # the chain's pick is checked on its own, and only a refused one costs the whole-vocabulary mask.
             self._grammar = LlamaSampler(made.pop(0), self.names[0])
-            inner.pop(0)
+            if self.names[0] in GRAMMARS:
+                inner.pop(0)
         self._checks = ffi.new("struct llama_sampler *[]", inner) if inner else ffi.NULL
         self._n_checks = len(inner)
         params = lib.llama_sampler_chain_default_params()
@@ -402,6 +405,10 @@ class SamplerChain(LlamaSampler):
             raise InvalidParameterError(
                 f"token {token} was not sampled by this chain: a chain with a grammar accepts only its own samples",
                 field="token")
+        if getattr(self, "_just_sampled", None) != token and self._leading_constraint:
+            self._build()
+            if self._grammar is not None:  # the constraint sampled apart takes the token first (and may refuse it)
+                self._grammar.accept(token)
         super().accept(token)
 
     def reset(self) -> None:
@@ -478,7 +485,9 @@ class SamplerChain(LlamaSampler):
 
         With triggers the grammar is lazy (grammar_lazy); `prefill`: tokens the grammar accepts first
         (the template's generation prompt, for the chat layer's grammars). A LlamaSampler as `grammar` is a
-        plugin's constraint (high/structured.py: llguidance's), put in front as it is."""
+        plugin's constraint (high/structured.py: llguidance's), put in front as it is and sampled the way a
+        grammar is: the chain picks from the unconstrained candidates, the constraint checks that one token
+        (its apply given one candidate), and only a refused pick is sampled again with the constraint first."""
         if self._built:
             raise InvalidParameterError("a grammar can be put in front of a chain that has not sampled yet only",
                                         field="sampler")
@@ -493,6 +502,7 @@ class SamplerChain(LlamaSampler):
             twin, selecting = SamplerChain(self._no_perf, self._n_vocab, self.default_seed, self._model), -1
         if isinstance(grammar, LlamaSampler):
             twin.add(grammar)
+            twin._leading_constraint = True
         elif trigger_patterns or trigger_tokens:
             twin.grammar_lazy(grammar, trigger_patterns, trigger_tokens)
         else:
