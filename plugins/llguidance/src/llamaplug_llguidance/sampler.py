@@ -3,7 +3,8 @@
 llguidance computes, for the text so far, a bitmask of the vocabulary (one bit per token id, 32 to an
 int32 word). `apply` fills it and sets the logits of the candidates whose bit is clear to -inf,
 indexing the unpacked mask with the candidates' ids (no Python loop over the vocabulary); `accept` advances the
-matcher by the chosen token.
+matcher by the chosen token. A chain's constraint is asked first about its pick alone (SamplerChain.constrained:
+one candidate), which the matcher answers without the mask (up to a millisecond on Gemma's 262k vocabulary).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import numpy as np
 from llamaplug import InvalidParameterError, SamplingError
 
 _tokenizers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+# Up to this many candidates are checked one by one (validate_tokens) rather than with the whole mask.
+FEW_CANDIDATES = 8
 _lock = threading.Lock()
 
 
@@ -91,6 +94,7 @@ class LLGuidanceSampler:
         self.tokenizer = tokenizer_for(model)
         self.n_vocab = model.n_vocab
         self.field = field
+        self.ends = frozenset(self.tokenizer.eos_tokens)
         self.matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
         if self.matcher.is_error():
             # llguidance names what it refused: an unsupported keyword, a bad pattern, a Lark error
@@ -101,8 +105,16 @@ class LLGuidanceSampler:
     def apply(self, candidates: Any) -> None:
         if self.matcher.is_error():
             raise SamplingError(f"llguidance's matcher failed: {self.matcher.get_error()}")
-        llguidance.numpy.fill_next_token_bitmask(self.matcher, self.mask)
         ids = candidates.ids
+        if ids.size <= FEW_CANDIDATES:
+            # validate_tokens([t]) is 1 exactly where t's mask bit is set, but for an end token, which it
+            # never commits: the mask allows those where the matcher is accepting
+            refused = np.array([not 0 <= t < self.n_vocab or (not self.matcher.is_accepting() if t in self.ends
+                                                             else self.matcher.validate_tokens([t]) != 1)
+                                for t in ids.tolist()], dtype=bool)
+            np.putmask(candidates.logits, refused, -np.inf)
+            return
+        llguidance.numpy.fill_next_token_bitmask(self.matcher, self.mask)
         # one byte per token (little-endian bit order is llguidance's), then one gather by the candidates' ids:
         # 2.8x faster than shifting the words per candidate, which mattered for Gemma's 262k vocabulary
         bits = np.unpackbits(self.mask[0].view(np.uint8), bitorder="little")
@@ -124,7 +136,7 @@ class LLGuidanceSampler:
 
     def clone(self) -> LLGuidanceSampler:
         twin = object.__new__(LLGuidanceSampler)
-        twin.tokenizer, twin.n_vocab, twin.field = self.tokenizer, self.n_vocab, self.field
+        twin.tokenizer, twin.n_vocab, twin.field, twin.ends = self.tokenizer, self.n_vocab, self.field, self.ends
         twin.matcher = self.matcher.deep_copy()
         twin.mask = self.mask.copy()
         return twin
