@@ -539,6 +539,23 @@ def test_a_forced_muse_glimmer_call_bounds_each_of_several_arguments(llama):
     templates.close()
 
 
+def test_a_forced_ling3_call_keeps_the_close_of_its_values(llama):
+    """Ling 3 reads a value with a shared rule that holds its close (`ling3-arg-string ::= until-N "</arg_value>"`).
+    The forced call's bounded value took that rule's place without the close, so the grammar refused the template's
+    own rendering of a call and let `<arg_value>Paris</tool_call>` through, which llama.cpp's parser reads as an
+    unterminated value (the whole sweep of this stop: `{"city":"Paris</tool_call>\\n`, both ways). On the old code
+    both asserts fail."""
+    templates = ChatTemplates(llama.model, (TEMPLATE_DIR / "inclusionai-ling-3.0-flash.jinja").read_text())
+    params = templates.apply({"messages": ASK, "tools": TOOLS, "tool_choice": "required"})
+    grammar = Grammar.from_string(params["grammar"])
+    call = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"
+    from llamaplug.blocks.chat_layer import parse_reply, parser_params
+    assert parse_reply(parser_params(params), call)["tool_calls"][0]["arguments"] == '{"city":"Paris"}'
+    assert _accepts(llama, grammar, params["generation_prompt"] + call)
+    assert not _accepts(llama, grammar, params["generation_prompt"] +
+                        "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</tool_call>")
+
+
 def test_a_template_that_renders_no_call_refuses_a_forced_one(llama):
     """Granite 3.3's template shows the tools and asks for "<|tool_call|>" in prose, but renders no call: llama.cpp's
     chat layer finds no call format in it, so a "required" reply has no grammar and a call would not be read

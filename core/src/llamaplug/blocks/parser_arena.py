@@ -116,9 +116,16 @@ def value_token(arena: dict[str, Any], start: int, rules: dict[str, int], depth:
                                         for _, n in walk(arena, node["child"])):
             return f"ac-{at}", node["delimiters"][0], node["delimiters"][0]
         if node["type"] in ("rule", "ref") and depth < 2 and node["name"] in rules:
-            inner = value_token(arena, parsers[rules[node["name"]]]["child"], rules, depth + 1)
+            held = parsers[rules[node["name"]]]["child"]
+            inner = value_token(arena, held, rules, depth + 1)
             if inner is not None:
-                return node["name"], inner[1], inner[2]
+                _, close, ends = inner
+                if not close and any(n["type"] == "literal" and n["literal"] == ends for _, n in walk(arena, held)):
+                    # the rule holds the close after its until (Ling 3's `ling3-arg-string ::= until-N
+                    # "</arg_value>"`): a value put in the rule's place must end with it, or the call goes on
+                    # without it and the parser reads the rest of the reply as the value
+                    close = ends
+                return node["name"], close, ends
     return None
 
 
