@@ -43,12 +43,12 @@ from .chat_plan import (
 )
 from .chat_reply import as_chat
 from .chat_stream import ChatStream, as_achunks, as_chunks
-from .chat_template import CHATML_TOOLS, OWN_TEMPLATES, chat_templates, is_builtin_name
+from .chat_template import CHATML_TOOLS, OWN_TEMPLATES, chat_templates, is_builtin_name, template_source
 
 __all__ = [
     "CHATML_TOOLS", "GRAMMAR_WITH_TOOLS", "OWN_TEMPLATES", "ROLES", "ChatCompletion", "ChatCompletionChunk",
     "ChatMessage", "ChatPlan", "ChatSpec", "ChatStream", "Choice", "ChunkChoice", "Delta", "DeltaFunction",
     "DeltaToolCall", "FinishReason", "FunctionCall", "ToolCall", "Usage", "as_achunks", "as_chat", "as_chunks",
     "chat_request", "chat_templates", "check_messages", "check_tools", "grammar_with_tools", "is_builtin_name",
-    "plan_chat", "render_prompt", "response_schema",
+    "plan_chat", "render_prompt", "response_schema", "template_source",
 ]

@@ -23,7 +23,8 @@ from ..blocks.chat_layer import ChatTemplates
 from ..blocks.model import LlamaModel
 from ..errors import ChatTemplateError, InvalidParameterError
 
-__all__ = ["CHATML_TOOLS", "OWN_TEMPLATES", "ChatTemplate", "builtin_names", "chat_templates", "is_builtin_name"]
+__all__ = ["CHATML_TOOLS", "OWN_TEMPLATES", "ChatTemplate", "builtin_names", "chat_templates", "is_builtin_name",
+           "template_source"]
 
 # llamaplug's own name for a template: ChatML with tools in the Hermes format (<tool_call>...</tool_call>), for
 # ChatML models whose own template has no place for tools (SmolLM2's): chat_template="chatml-tools".
@@ -65,6 +66,11 @@ CHATML_TOOLS = """{%- if tools %}
 OWN_TEMPLATES = {"chatml-tools": CHATML_TOOLS}
 
 
+def template_source(override: str) -> str:
+    """The Jinja text an override names: one of llamaplug's own templates by name, else the override itself."""
+    return OWN_TEMPLATES.get(override, override)
+
+
 _templates: weakref.WeakKeyDictionary[Any, dict[str | None, ChatTemplates]] = weakref.WeakKeyDictionary()
 _templates_lock = threading.Lock()
 
@@ -72,7 +78,7 @@ _templates_lock = threading.Lock()
 def chat_templates(model: LlamaModel, override: str | None = None) -> ChatTemplates:
     """llama.cpp's templates of `model` (or `override`: Jinja text or a built-in name), made once per model."""
     _check_override(override)
-    override = OWN_TEMPLATES.get(override, override) if override is not None else None
+    override = template_source(override) if override is not None else None
     with _templates_lock:
         per_model = _templates.setdefault(model, {})
         found = per_model.get(override)
@@ -131,7 +137,7 @@ class ChatTemplate:
         elif builtin or override == "chatml":
             view.source, view.name = None, override
         else:
-            view.source, view.name = OWN_TEMPLATES.get(override, override), None
+            view.source, view.name = template_source(override), None
         view.bos_token, view.eos_token = _token_text(model, model.bos), _token_text(model, model.eos)
         view._model, view._native = model, native
         return view

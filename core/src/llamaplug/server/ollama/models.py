@@ -28,7 +28,7 @@ from fastapi.responses import Response, StreamingResponse
 from ... import __version__
 from ...errors import LlamaError
 from ...high import hub
-from ...high.chat import OWN_TEMPLATES
+from ...high.chat import template_source
 from ...high.model_card import ModelCard, card
 from ..api_error import BadRequestError, ServerFaultError
 from ..deps import models as served_models
@@ -129,7 +129,7 @@ async def show(body: ModelName, registry: Annotated[ModelRegistry, Depends(serve
     template = c.chat_template or ""
     # capabilities from the template the server renders with (models.toml's, --chat-template), as a chat request
     override = registry.chat_template(ident)
-    served_template = OWN_TEMPLATES.get(override, override) if override is not None else template
+    served_template = template_source(override) if override is not None else template
     license_ = meta.get("general.license")
     # FROM the model's name, where Ollama writes its blob's path: a client learns nothing of the server's disk
     return {"license": license_ if isinstance(license_, str) else "",
