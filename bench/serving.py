@@ -584,10 +584,12 @@ FREE_PROMPTS = CHAT_PROMPTS + ["What is the capital of Australia, and why was it
 DRAFTING_SERVERS = {"native": [], "native-ngram-mod": ["--spec-type", "ngram-mod"], "llamaplug": []}
 
 
-async def drive_prompts(port: int, clients: int, prompts: list[str], max_tokens: int) -> int:
-    """Each prompt once as a greedy chat request, `clients` at a time; the completion tokens (the server's usage)."""
+async def drive_prompts(port: int, clients: int, prompts: list[str],
+                        max_tokens: int) -> tuple[int, list[float]]:
+    """Each prompt once as a greedy chat request, `clients` at a time: the completion tokens (the server's usage) and
+    each reply's generation speed (its `timings.predicted_per_second`, prompt reading left out)."""
     client, model, queue = await _client(port, len(prompts))
-    total = 0
+    total, speeds = 0, []
 
     async def worker() -> None:
         nonlocal total
@@ -596,10 +598,11 @@ async def drive_prompts(port: int, clients: int, prompts: list[str], max_tokens:
             got = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompts[i]}],
                                                        max_tokens=max_tokens, temperature=0)
             total += got.usage.completion_tokens
+            speeds.append(float((got.model_extra or {}).get("timings", {}).get("predicted_per_second", 0.0)))
 
     await asyncio.gather(*(worker() for _ in range(clients)))
     await client.close()
-    return total
+    return total, speeds
 
 
 def bench_drafting(args: argparse.Namespace) -> dict[str, Any]:
@@ -609,6 +612,8 @@ def bench_drafting(args: argparse.Namespace) -> dict[str, Any]:
     sets = {"copy": _copy_prompts(), "free": FREE_PROMPTS}
     kinds = list(DRAFTING_SERVERS)
     runs: dict[str, Any] = {}
+    # the same runs read as llama-server's timings do: generation alone, without reading the (long) copy prompts
+    gen: dict[str, Any] = {}
     for clients in (int(c) for c in args.clients.split(",")):
         for r in range(args.rounds):
             for kind in (kinds if r % 2 == 0 else kinds[::-1]):
@@ -625,22 +630,30 @@ def bench_drafting(args: argparse.Namespace) -> dict[str, Any]:
                 try:
                     for name, prompts in sets.items():
                         t0 = time.perf_counter()
-                        tokens = asyncio.run(drive_prompts(port, clients, prompts, args.max_tokens))
+                        tokens, speeds = asyncio.run(drive_prompts(port, clients, prompts, args.max_tokens))
                         wall = time.perf_counter() - t0
                         runs.setdefault(f"{name}/{clients}", {}).setdefault(kind, []).append(tokens / wall)
-                        print(f"{clients} clients, round {r}, {kind:16} {name}: {tokens / wall:.2f} tok/s", flush=True)
+                        gen.setdefault(f"{name}/{clients}", {}).setdefault(kind, []).append(statistics.mean(speeds))
+                        print(f"{clients} clients, round {r}, {kind:16} {name}: {tokens / wall:.2f} tok/s "
+                              f"(generation {statistics.mean(speeds):.2f} tok/s a reply)", flush=True)
                 finally:
                     stop(proc)
+    ratios, gen_ratios = _drafting_ratios(runs, "wall"), _drafting_ratios(gen, "generation")
+    return {"model": model.name, "max_tokens": args.max_tokens, "runs": runs, "ratios": ratios,
+            "generation_runs": gen, "generation_ratios": gen_ratios}
+
+
+def _drafting_ratios(runs: dict[str, Any], label: str) -> dict[str, Any]:
     ratios = {}
     for key, by_kind in runs.items():
         med = {k: statistics.median(v) for k, v in by_kind.items()}
         ratios[key] = {"ours_over_native": med["llamaplug"] / med["native"],
                        "ours_over_native_ngram_mod": med["llamaplug"] / med["native-ngram-mod"],
                        "native_ngram_mod_over_native": med["native-ngram-mod"] / med["native"]}
-        print(f"{key}: ours/llama-server {ratios[key]['ours_over_native']:.2f}x, ours/llama-server ngram-mod "
-              f"{ratios[key]['ours_over_native_ngram_mod']:.2f}x (ngram-mod/default "
+        print(f"{key} ({label}): ours/llama-server {ratios[key]['ours_over_native']:.2f}x, ours/llama-server "
+              f"ngram-mod {ratios[key]['ours_over_native_ngram_mod']:.2f}x (ngram-mod/default "
               f"{ratios[key]['native_ngram_mod_over_native']:.2f}x)", flush=True)
-    return {"model": model.name, "max_tokens": args.max_tokens, "runs": runs, "ratios": ratios}
+    return ratios
 
 
 def main() -> None:
