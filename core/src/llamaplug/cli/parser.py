@@ -353,6 +353,9 @@ def parser() -> argparse.ArgumentParser:
                        help='MCP servers whose tools chat requests may ask for (a tool {"type": "mcp", '
                             '"server_label": NAME}); llama-server\'s JSON: {"mcpServers": {NAME: {"command", '
                             '"args", "env", "cwd", "timeout_ms"}}}; listed at GET /tools (default: none)')
+    serve.add_argument("--mcp-servers-json", dest="mcp_json", metavar="JSON",
+                       help="the same config as inline JSON text, as llama-server's; with --mcp-config too, the "
+                            "servers of both (a name the file has is skipped here)")
     serve.add_argument("--tools", type=_builtin_tools, default=[], metavar="TOOL1,TOOL2,...|all",
                        help="llama-server's built-in tools for its web UI at GET/POST /tools: "
                             f"{', '.join(BUILTIN_TOOLS)}; they read, write and run anything as this user for whoever "

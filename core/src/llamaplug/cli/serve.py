@@ -175,7 +175,8 @@ def _serve(args: argparse.Namespace) -> int:
         serve_log.log.info("%d models, each loaded when first asked for: %s", len(specs),
                            ", ".join(s.id for s in specs))
     origins = args.cors_origins
-    if origins is None and (args.tools or args.mcp_config is not None):  # llama-server's default with either
+    mcp = args.mcp_config is not None or args.mcp_json is not None
+    if origins is None and (args.tools or mcp):  # llama-server's default with either
         origins = "localhost"
     cors = Cors.serving(origins, args.cors_methods, args.cors_headers, args.cors_credentials, args.api_key)
     app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
@@ -196,23 +197,25 @@ def _serve(args: argparse.Namespace) -> int:
     app.state.verbose = args.verbose  # llama-server's: every reply carries __verbose unless the request says not
     if args.ui_mcp_proxy:
         serve_log.log.warning("--ui-mcp-proxy: /cors-proxy forwards requests to any URL (experimental)")
-    if args.tools:  # POST /tools exists only with the flag
+    if args.tools or mcp:  # POST /tools exists only with the flag or MCP servers (their tools too, as llama-server)
         from ..server.builtin_tools.routes import router as tools_router
 
         app.include_router(tools_router)
         app.state.builtin_tools = args.tools
+    if args.tools:
         serve_log.log.warning("--tools %s: /tools reads, writes and runs anything as this user for whoever reaches "
                               "the server (experimental)", ",".join(args.tools))
     if gcp is not None:  # after every other route: @requestFormat names any of them
         from ..server import gcp as gcp_routes
 
         gcp_routes.install(app, gcp)
-    if args.mcp_config is not None:  # the servers are started once here to list their tools, then per call
+    if mcp:  # the servers are started once here to list their tools, then per call
         import asyncio
 
         from ..high.mcp_tools import McpTools
 
-        app.state.mcp = asyncio.run(McpTools.from_config(args.mcp_config).start())
+        # as llama-server: a server that cannot list its tools is left out with a warning, the others serve
+        app.state.mcp = asyncio.run(McpTools.from_sources(args.mcp_config, args.mcp_json).start(skip_failed=True))
         app.state.mcp_bounds = (args.mcp_max_steps, args.mcp_timeout)
         serve_log.log.info("MCP tools: %s", ", ".join(app.state.mcp.tools) or "none")
     # uvicorn's loggers go to the handler serve_log set up (log_config None: uvicorn leaves logging alone)

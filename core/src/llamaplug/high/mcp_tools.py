@@ -117,10 +117,34 @@ class McpTools:
     def from_config(cls, path: str | os.PathLike[str]) -> McpTools:
         return cls(read_config(path))
 
-    async def start(self) -> McpTools:
-        """List every server's tools (each server started and stopped); a server that fails is an error naming it."""
-        listed = await asyncio.gather(*(self._list(s) for s in self.servers.values()))
+    @classmethod
+    def from_sources(cls, path: str | os.PathLike[str] | None, text: str | None) -> McpTools:
+        """The servers of a config file and of inline JSON text (llama-server's --mcp-servers-config and
+        --mcp-servers-json, both read as it reads them: a name the file already has is skipped)."""
+        servers = read_config(path) if path is not None else []
+        if text is not None:
+            try:
+                config = json.loads(text)
+            except ValueError as exc:
+                raise InvalidParameterError(f"--mcp-servers-json is not JSON: {exc}", field="mcp_json") from None
+            for server in parse_config(config, "--mcp-servers-json"):
+                if any(s.name == server.name for s in servers):
+                    log.warning("MCP server %s of --mcp-servers-json: the name is taken, skipped", server.name)
+                    continue
+                servers.append(server)
+        return cls(servers)
+
+    async def start(self, skip_failed: bool = False) -> McpTools:
+        """List every server's tools (each server started and stopped); a server that fails is an error naming it,
+        or with `skip_failed` (llama-server's warmup) a warning, and its tools are not offered."""
+        listed = await asyncio.gather(*(self._list(s) for s in self.servers.values()),
+                                      return_exceptions=skip_failed)
         for tools in listed:
+            if isinstance(tools, BaseException):
+                if not isinstance(tools, InvalidParameterError) or tools.field == "mcp_config":  # (no mcp SDK)
+                    raise tools
+                log.warning("%s", tools)
+                continue
             for tool in tools:
                 if tool.name in self.tools:  # llama-server skips a colliding name too
                     log.warning("MCP tool %s of server %s: the name is taken, skipped", tool.tool, tool.server)

@@ -1,4 +1,5 @@
-"""POST /tools: one built-in tool call, as llama-server's (added to the app only by `serve --tools`).
+"""POST /tools: one built-in tool call, as llama-server's (added to the app only by `serve --tools` or MCP servers,
+whose tools it runs too).
 
 {"tool": NAME, "params": {...}, "stream": false}; headers: x-tool-cwd (the folder relative paths and the shell
 start from: the model's own "cwd" param is dropped), x-resp-type: base64 (read_file's whole file), x-tool-runtime.
@@ -64,6 +65,9 @@ def check_runtime(spec: str) -> None:
 @router.post("/tools", responses=ERROR_RESPONSES)
 async def call_tool(body: ToolCall, request: Request) -> Any:
     enabled: list[str] = request.app.state.builtin_tools
+    mcp = getattr(request.app.state, "mcp", None)
+    if body.tool not in enabled and mcp is not None and body.tool in mcp.tools:
+        return await call_mcp_tool(mcp, body)
     if body.tool not in enabled:
         raise NotFoundError(f'unknown tool "{body.tool}"', param="tool")
     if body.stream and body.tool != "exec_shell_command":
@@ -88,3 +92,14 @@ async def call_tool(body: ToolCall, request: Request) -> Any:
         resp_type = request.headers.get("x-resp-type", "")
         return await asyncio.to_thread(files.read_file, params, resp_type)
     return await asyncio.to_thread(_SYNC[body.tool], params)
+
+
+async def call_mcp_tool(mcp: Any, body: ToolCall) -> dict[str, str]:
+    """An MCP server's tool (`<server>_<tool>`, as GET /tools lists it), answered as llama-server answers it: its
+    text parts as {"plain_text_response"}, or {"error"} when it failed (a 200 either way: the tool's own failure)."""
+    if body.stream:
+        raise NotFoundError(f'tool "{body.tool}" does not support stream = true', param="stream")
+    result = await mcp.call(body.tool, json.dumps(body.params))
+    if result.is_error:
+        return {"error": result.text or "MCP tool returned an error"}
+    return {"plain_text_response": result.text}
