@@ -336,8 +336,10 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("-t", "--threads", type=int)
     serve.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF, help="seed for requests that give none")
     serve.add_argument("--mmproj", help="multimodal projector GGUF: image/audio chat parts (llamaplug-mtmd)")
-    serve.add_argument("--pooling", choices=["mean", "cls", "last"],
-                       help="for /v1/embeddings (default: the model's own; mean where it has none)")
+    serve.add_argument("--pooling", choices=["mean", "cls", "last", "none"],
+                       help="for /v1/embeddings (default: the model's own; mean where it has none); none: a vector "
+                            "per token, not normalized, at /embeddings only (/v1/embeddings refuses it, as "
+                            "llama-server's)")
     serve.add_argument("--api-key", type=_api_key,
                        help="require `Authorization: Bearer KEY` on every route but /health (401 otherwise); "
                             "several keys comma-separated, each reading only its own kept responses")

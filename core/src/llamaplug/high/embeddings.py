@@ -70,10 +70,14 @@ def embed(llama: Llama, texts: Any, normalize: bool = True, pooling: Any = None,
     tokenized = []
     for i, text in enumerate(texts):
         checkpoint()  # a request whose client left stops here (a server's worker thread), as between decodes
-        if not isinstance(text, str):
-            raise InvalidParameterError(f"texts[{i}] must be a string, got {type(text).__name__}",
-                                        field=f"texts[{i}]")
-        tokenized.append(_fit(llama.model.tokenize(text, True, False), ctx.n_batch, f"texts[{i}]", truncate))
+        if isinstance(text, str):
+            tokens = llama.model.tokenize(text, True, False)
+        elif isinstance(text, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in text):
+            tokens = [int(t) for t in llama.model.check_tokens(text)]  # token ids, as given (llama-server's input)
+        else:
+            raise InvalidParameterError(f"texts[{i}] must be a string or a list of token ids, got "
+                                        f"{type(text).__name__}", field=f"texts[{i}]")
+        tokenized.append(_fit(tokens, ctx.n_batch, f"texts[{i}]", truncate))
     out = _run(llama, ctx, tokenized, kind, llama.model.n_embd_out)
     if normalize:
         out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
@@ -123,8 +127,8 @@ def _fit(tokens: list[int], limit: int, what: str, truncate: bool) -> list[int]:
         raise InvalidParameterError(f"{what} has no tokens", field=what)
     if len(tokens) > limit:
         if not truncate:
-            raise ContextOverflowError(f"{what} has {len(tokens)} tokens, more than the {limit} one sequence takes "
-                                       "here; shorten it or pass truncate=True")
+            raise ContextOverflowError(f"{what} is too large: {len(tokens)} tokens, more than the {limit} one "
+                                       "sequence takes here; shorten it or pass truncate=True")
         tokens = tokens[:limit]
     return tokens
 

@@ -270,7 +270,7 @@ class Llama:
         tokens = infill_tokens(self._model, check_text(prefix, "prefix"), check_text(suffix, "suffix"), extra, spm)
         return self.create_completion(tokens, max_tokens, sampler, stop, stream, **sampling)
 
-    def embed(self, texts: list[str], normalize: bool = True, pooling: str | None = None,
+    def embed(self, texts: list[str] | list[str | list[int]], normalize: bool = True, pooling: str | None = None,
               truncate: bool = False) -> np.ndarray | list[np.ndarray]:
         """Embeddings of `texts`: an (n, n_embd) array, or with pooling="none" one (tokens, n_embd) array each.
 
@@ -278,7 +278,8 @@ class Llama:
         names one, as llama-embedding, else "mean": the same vectors as the server's
         /v1/embeddings, embeddings.default_pooling). Many texts go into each llama_decode. normalize=True divides
         by the L2 norm. A text longer than the embedding context is a ContextOverflowError
-        naming its index, or cut to fit with truncate=True.
+        naming its index, or cut to fit with truncate=True. An item may be token ids instead of text (taken as
+        they are: no BOS or separator is added).
         """
         with self._embed_lock:
             return embed(self, texts, normalize, pooling, truncate)

@@ -137,7 +137,9 @@ class ChatRequest(_Request):
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    input: str | list[str] = Field(description="text, or a list of texts (token-id input is not taken)")
+    input: str | list[Any] | dict[str, Any] = Field(
+        description='text, token ids, {"prompt_string": text}, {"content": [text parts]}, or a list of those '
+                    "(llama-server's shapes: server/openai/embedding_inputs.py)")
     model: str | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: None = None
