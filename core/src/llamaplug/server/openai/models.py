@@ -16,14 +16,16 @@ from ..deps import models as served_models
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES
 from ..registry import ModelRegistry
-from .schemas import ModelAction, ModelCard, ModelList, ModelStatus
+from .schemas import ModelAction, ModelCard, ModelList, ModelStatus, ModelSummary
 
 router = OPENAI.router()
 
 
 @router.get("/v1/models", responses=ERROR_RESPONSES)
 async def models(registry: Annotated[ModelRegistry, Depends(served_models)]) -> ModelList:
-    return ModelList(data=[card(registry, name) for name in registry.names()])
+    cards = [card(registry, name) for name in registry.names()]
+    return ModelList(models=[ModelSummary(name=c.id, model=c.id, capabilities=c.capabilities) for c in cards],
+                     data=cards)
 
 
 @router.get("/v1/models/{model:path}", responses=ERROR_RESPONSES)

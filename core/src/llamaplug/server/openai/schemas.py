@@ -212,7 +212,28 @@ class ModelAction(BaseModel):
     model: str = Field(description="a served model's id or alias")
 
 
+class ModelSummary(BaseModel):
+    """One model in /v1/models' `models` list: llama-server's Ollama-shaped entry (its placeholders as it has
+    them), which clients such as its web UI read the capabilities from."""
+
+    name: str
+    model: str
+    modified_at: str = ""
+    size: str = ""
+    digest: str = ""
+    type: str = "model"
+    description: str = ""
+    tags: list[str] = Field(default_factory=lambda: [""])
+    capabilities: list[str]
+    parameters: str = ""
+    details: dict[str, Any] = Field(default_factory=lambda: {
+        "parent_model": "", "format": "gguf", "family": "", "families": [""], "parameter_size": "",
+        "quantization_level": ""})
+
+
 class ModelList(BaseModel):
+    models: list[ModelSummary] = Field(default_factory=list, description="llama-server's other listing, each model "
+                                     "with its capabilities")
     object: Literal["list"] = "list"
     data: list[ModelCard]
 
