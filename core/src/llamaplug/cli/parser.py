@@ -291,6 +291,10 @@ def parser() -> argparse.ArgumentParser:
                        "for; DIR/models.toml may give a model's n_ctx, n_seq_max, mmproj, chat_template, aliases")
     serve.add_argument("--max-loaded", "--models-max", dest="max_loaded", type=_positive, metavar="N",
                        help="models loaded at once: loading one more unloads the least recently used")
+    serve.add_argument("--models-autoload", dest="models_autoload", action=argparse.BooleanOptionalAction,
+                       default=True, help="load a model not loaded when a request asks for it (default: on; "
+                       "--no-models-autoload: such a request is a 400 until POST /models/load, as llama-server's "
+                       "router)")
     serve.add_argument("--keep-alive", type=_seconds, metavar="SECONDS",
                        help='unload a model idle this long ("5m" too; a request\'s keep_alive sets its model\'s); '
                             "default: never")

@@ -155,7 +155,8 @@ def _serve(args: argparse.Namespace) -> int:
     from ..server.registry import ModelRegistry
 
     registry = ModelRegistry(specs=specs, max_loaded=args.max_loaded, keep_alive=args.keep_alive,
-                             sleep_idle=args.sleep_idle, max_queue=args.max_queue, chat=chat)
+                             sleep_idle=args.sleep_idle, max_queue=args.max_queue, chat=chat,
+                             autoload=args.models_autoload)
     import time
 
     from ..server.access_log import AccessLog

@@ -54,6 +54,10 @@ class ModelExistsError(BadRequestError):
     """A model added or copied under a name a served model already has."""
 
 
+class ModelNotAutoloadedError(BadRequestError):
+    """The model is not loaded and the server loads models only when told (--no-models-autoload)."""
+
+
 class ModelPinnedError(BadRequestError):
     """A model the server was given loaded (or its only one), which it cannot unload or remove."""
 

@@ -43,6 +43,7 @@ from . import allocator
 from .api_error import (
     ModelExistsError,
     ModelLoadError,
+    ModelNotAutoloadedError,
     ModelNotLoadedError,
     ModelNotServedError,
     ModelPinnedError,
@@ -105,7 +106,7 @@ class ModelRegistry:
     def __init__(self, models: list[Served] | None = None, specs: list[ModelSpec] | None = None, *,
                  max_loaded: int | None = None, keep_alive: float | None = None, sleep_idle: float | None = None,
                  max_queue: int = DEFAULT_MAX_QUEUE, loader: Callable[[LlamaParams], Llama] | None = None,
-                 chat: ChatSettings | None = None):
+                 chat: ChatSettings | None = None, autoload: bool = True):
         if max_loaded is not None and max_loaded < 1:
             raise InvalidParameterError(f"max_loaded (--max-loaded) must be at least 1, not {max_loaded}",
                                         field="max_loaded")
@@ -126,6 +127,7 @@ class ModelRegistry:
         if specs and (len(self._entries) > 1 or keep_alive is not None or sleep_idle is not None):
             allocator.map_big_buffers()  # models will come and go
         self._queue = QueueLimit(max_queue)
+        self.autoload = autoload  # False (--no-models-autoload): only POST /models/load loads an unloaded model
         self._loader = loader or load_warm
         self._room: asyncio.Lock | None = None  # one eviction decision at a time (made on first use: needs a loop)
         self._unload_hooks: list[Callable[[str, Engine], None]] = []
@@ -221,6 +223,10 @@ class ModelRegistry:
         to make room for, an unload only made every client wait for the reload).
         """
         entry = self._entry(name, lenient=True)
+        if not self.autoload and entry.state is ModelState.UNLOADED and entry.loading is None:
+            raise ModelNotAutoloadedError(f"model {entry.id!r} is not loaded, and this server loads a model only when "
+                                          f"told (--no-models-autoload): POST /models/load {{\"model\": "
+                                          f"\"{entry.id}\"}} first", param="model")
         served = await self._acquire(entry)
         if keep_alive is not None and len(self._entries) > 1:
             entry.keep_alive = keep_alive

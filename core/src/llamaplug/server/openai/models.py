@@ -16,7 +16,7 @@ from ..deps import models as served_models
 from ..dialects import OPENAI
 from ..errors import ERROR_RESPONSES
 from ..registry import ModelRegistry
-from .schemas import ModelAction, ModelCard, ModelList, ModelStatus, ModelSummary
+from .schemas import ModelAction, ModelActionResult, ModelCard, ModelList, ModelStatus, ModelSummary
 
 router = OPENAI.router()
 
@@ -46,12 +46,12 @@ def card(registry: ModelRegistry, name: str) -> ModelCard:
 
 
 @router.post("/models/load", responses=ERROR_RESPONSES)
-async def load(body: ModelAction, registry: Annotated[ModelRegistry, Depends(served_models)]) -> ModelCard:
+async def load(body: ModelAction, registry: Annotated[ModelRegistry, Depends(served_models)]) -> ModelActionResult:
     await registry.load(body.model)
-    return card(registry, body.model)
+    return ModelActionResult(**card(registry, body.model).model_dump())
 
 
 @router.post("/models/unload", responses=ERROR_RESPONSES)
-async def unload(body: ModelAction, registry: Annotated[ModelRegistry, Depends(served_models)]) -> ModelCard:
+async def unload(body: ModelAction, registry: Annotated[ModelRegistry, Depends(served_models)]) -> ModelActionResult:
     await registry.unload(body.model)
-    return card(registry, body.model)
+    return ModelActionResult(**card(registry, body.model).model_dump())

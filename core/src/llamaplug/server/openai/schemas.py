@@ -212,6 +212,12 @@ class ModelAction(BaseModel):
     model: str = Field(description="a served model's id or alias")
 
 
+class ModelActionResult(ModelCard):
+    """POST /models/load and /models/unload: the model's card, and llama-server's {"success": true}."""
+
+    success: bool = True
+
+
 class ModelSummary(BaseModel):
     """One model in /v1/models' `models` list: llama-server's Ollama-shaped entry (its placeholders as it has
     them), which clients such as its web UI read the capabilities from."""

@@ -140,11 +140,10 @@ async def chat_events(served: Served, run: ChatRun, body: ChatRequest,
 
 
 def _chunk(out: ChatCompletionChunk, index: int, extra: dict[str, Any] | None = None, **delta: Any) -> str:
-    """`out` as JSON (None fields left out), with `extra`'s fields and `delta`'s in its delta (a None kept)."""
+    """`out` as JSON (None fields left out, but finish_reason: null until the last, as llama-server and OpenAI send
+    it), with `extra`'s fields and `delta`'s in its delta (a None kept)."""
     out.choices[0].index = index
-    text = out.model_dump_json(exclude_none=True)
-    if not extra and not delta:
-        return text
-    chunk = json.loads(text)
+    chunk = json.loads(out.model_dump_json(exclude_none=True))
+    chunk["choices"][0].setdefault("finish_reason", None)
     chunk["choices"][0]["delta"].update(delta)
     return json.dumps({**chunk, **(extra or {})})
