@@ -2,7 +2,8 @@
 """A corpus of JSON schemas through both structured engines (issue 42 part 4): compiles?, do the sampled outputs
 validate, time to compile, time per token. A bench, not a timed test.
 
-    .tox/py/bin/python bench/structured_corpus.py                   # the whole corpus, SmolLM2, 1 sample each
+    .tox/py/bin/python bench/structured_corpus.py --threads 1 --n 3 --greedy --max-tokens 256 --sample-limit 10
+    .tox/py/bin/python bench/structured_corpus.py --size-refused --threads 1 --n 3 --greedy --max-tokens 256
     .tox/py/bin/python bench/structured_corpus.py --limit 3 --max-tokens 8 --no-save   # a smoke run
 
 The corpus (each schema tagged with its source):
@@ -13,23 +14,31 @@ The corpus (each schema tagged with its source):
 - schemastore: real-world schemas from SchemaStore as the PyPI package check-jsonschema (0.39.0) vendors them
   (check_jsonschema/builtin_schemas/vendor/*.json: GitHub workflows, GitLab CI, Renovate, compose, ...);
   skipped with a note when it is not installed (`pip install check-jsonschema==0.39.0`, or --schemastore DIR).
+`--size-refused` runs instead the schemas past each of the GBNF engine's size bounds (size_refused_schemas).
 
 Engines: "gbnf" (blocks/json_schema.py: llama.cpp's own converter, common/json-schema-to-grammar.cpp of the pin,
 through the shim, behind our size bounds; the pin ships no json_schema_to_grammar.py script any more, so that
-converter is llama.cpp's converter) and "llguidance" (the llamaplug-llguidance plugin's sampler).
+converter is llama.cpp's converter) and "llguidance" (the llamaplug-llguidance plugin's sampler). Where a schema
+leaves them open, llguidance is given what llama.cpp's converter reads (--defaults llama.cpp, the default:
+objects with properties closed, the converter's whitespace; see llama_cpp_reading), so that both constrain the
+same outputs; --defaults json-schema gives it the schema as it is (open objects: the model may add keys).
 For each schema and engine: compiled (the constraint built: GBNF converted and parsed by llama.cpp, or
 llguidance's grammar and matcher) or the reason it was refused, the time that took, then `--n` samples
-(top_k 40, temperature 0.7, fixed seeds, the same for both engines) of at most `--max-tokens`, sampled
-`--parallel` at a time in the engine's batches: finished (not cut at max_tokens), valid (jsonschema, formats
-checked). Schemas jsonschema itself rejects are left out. Time per token: bench/structured_speed.py (one sequence,
-interleaved rounds), since a token's time in a shared batch is not one schema's.
+(top_k 40, temperature 0.7, fixed seeds, the same for both engines; and one greedy with --greedy) of at most
+`--max-tokens`, sampled `--parallel` at a time in one engine's batches, the engines' batches alternating:
+finished (not cut at max_tokens), valid (jsonschema against the schema as given, formats checked). Schemas
+jsonschema itself rejects are left out. Time per token: each engine's batches' wall time over the tokens they
+sampled (the model's decode of the batch included); bench/structured_speed.py measures one sequence's
+constrained tokens/s against free generation.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -132,6 +141,46 @@ def schemastore_schemas(folder: str | None) -> tuple[list[tuple[str, dict[str, A
     return [(p.stem, json.loads(p.read_text())) for p in paths], f"{len(paths)} schemas from {folder}"
 
 
+def size_refused_schemas() -> dict[str, dict[str, Any]]:
+    """One schema past each of the GBNF engine's size bounds (blocks/json_schema.py: depth, values, optional
+    properties; blocks/grammar_bounds.py on the converted grammar: bytes, rules, alternatives, chain, repetition),
+    each with short instances, so that llguidance's samples of them can finish."""
+    def nested(depth: int, leaf: dict[str, Any]) -> dict[str, Any]:
+        schema = leaf
+        for _ in range(depth):
+            schema = {"type": "array", "items": schema, "maxItems": 1}
+        return schema
+
+    chain: dict[str, Any] = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(5000)}
+    chain["d5000"] = {"type": "integer", "minimum": 0, "maximum": 9}
+    return {
+        # json_schema.py's bounds, checked on the schema before llama.cpp's converter sees it
+        # objects closed, as the converter reads them anyway: open, llguidance lets the model add keys of its own
+        "optional-600": {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(600)},
+                         "additionalProperties": False},
+        "nested-arrays-250": nested(250, {"type": "integer", "minimum": 0, "maximum": 9}),
+        "values-100001": {"enum": list(range(100_001))},
+        # grammar_bounds.py's, checked on the converter's grammar
+        # (their nesting bound is out of a schema's reach: the converter loosens a pattern nested past 100 levels)
+        "grammar-bytes": {"anyOf": [{"type": "object", "properties": {
+            (hashlib.sha256(f"{i}_{j}".encode()).hexdigest() * 7)[:420]: {"type": "integer"} for j in range(300)},
+            "additionalProperties": False} for i in range(5)]},
+        # the bytes from 3,000 long keys sharing a prefix: llguidance compiles it but cannot sample its first key
+        "grammar-bytes-shared-prefix": {"anyOf": [{"type": "object", "properties": {
+            f"{'a_long_property_name_' * 10}{i}_{j}": {"type": "integer"} for j in range(300)},
+            "additionalProperties": False} for i in range(10)]},
+        # the bytes again, from more, smaller objects: past llguidance's own bound on a schema's size
+        "grammar-bytes-24000-properties": {"anyOf": [{"type": "object", "properties": {
+            f"k{i}_{j}": {"type": "integer"} for j in range(100)}, "additionalProperties": False} for i in range(240)]},
+        "pattern-rules-100001": {"type": "string", "pattern": "^" + "(a)?" * 100_001 + "$"},
+        "enum-5000": {"enum": [f"v{i}" for i in range(5000)]},
+        "ref-chain-5000": {"$defs": chain, "$ref": "#/$defs/d0"},
+        "max-length-1500000": {"type": "string", "maxLength": 1_500_000},
+        "max-items-1500000": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+                              "maxItems": 1_500_000},
+    }
+
+
 def corpus(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]:
     import jsonschema
 
@@ -159,6 +208,76 @@ def corpus(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]:
     return unique, notes
 
 
+# Keywords whose value is a schema, a list of schemas, or a map of names to schemas (for the walk below).
+_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+        "additionalItems", "unevaluatedItems", "unevaluatedProperties")
+_LIST = ("anyOf", "oneOf", "allOf", "prefixItems")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# llama.cpp's converter's whitespace between tokens (`space ::= | " " | "\n"{1,2} [ \t]{0,20}`) as a regex
+# An object beside these is left open: llguidance intersects them with it, where the converter reads the
+# properties alone, so closed it could exclude what they allow.
+_COMBINED = {"allOf", "anyOf", "oneOf", "$ref"}
+LLAMA_CPP_SPACE = r"(?: |\n{1,2}[ \t]{0,20})"
+
+
+def llama_cpp_reading(schema: Any) -> Any:
+    """`schema` for llguidance as llama.cpp's converter reads what a schema leaves open (--defaults llama.cpp): an
+    object that lists `properties` and says nothing of `additionalProperties` closed (common/json-schema.cpp: only
+    an object without properties takes any keys; JSON Schema's default is open, llguidance's too), but for the
+    members of an `allOf` and what their `$ref`s point at (the converter merges those: closed apart they would
+    exclude each other's properties) and for an object beside an `allOf`, `anyOf`, `oneOf` or `$ref`; an integer
+    of at most 16 digits where its bounds leave it open (the converter's integral part); and between tokens the
+    converter's whitespace (llguidance's x-guidance whitespace_pattern; its default takes any run of
+    JSON whitespace). Every output of the closed schema is one of the schema's own, and samples are validated
+    against the schema as given."""
+    if not isinstance(schema, dict):
+        return schema
+    merged: set[str] = set()
+
+    def members(node: Any) -> None:  # the $refs that are allOf members, wherever they are
+        if isinstance(node, dict):
+            for m in node.get("allOf", []) if isinstance(node.get("allOf"), list) else []:
+                if isinstance(m, dict) and isinstance(m.get("$ref"), str):
+                    merged.add(m["$ref"])
+            for v in node.values():
+                members(v)
+        elif isinstance(node, list):
+            for v in node:
+                members(v)
+
+    def close(node: Any, path: str, in_all_of: bool) -> Any:
+        if not isinstance(node, dict):
+            return node
+        out = dict(node)
+        for key in _ONE:
+            if key in out:
+                out[key] = ([close(v, f"{path}/{key}/{i}", False) for i, v in enumerate(out[key])]
+                            if isinstance(out[key], list) else close(out[key], f"{path}/{key}", False))
+        for key in _LIST:
+            if isinstance(out.get(key), list):
+                out[key] = [close(v, f"{path}/{key}/{i}", key == "allOf") for i, v in enumerate(out[key])]
+        for key in _MAP:
+            if isinstance(out.get(key), dict):
+                out[key] = {k: close(v, f"{path}/{key}/{k.replace('~', '~0').replace('/', '~1')}", False)
+                            for k, v in out[key].items()}
+        if out.get("type") == "integer":
+            # the converter's integers have at most 16 digits (integral-part ::= [0] | [1-9] [0-9]{0,15}) where the
+            # schema bounds neither side; llguidance's any number of digits: the model may write digits to the end
+            if "minimum" not in out and "exclusiveMinimum" not in out:
+                out["minimum"] = -(10**16 - 1)
+            if "maximum" not in out and "exclusiveMaximum" not in out:
+                out["maximum"] = 10**16 - 1
+        if isinstance(out.get("properties"), dict) and "additionalProperties" not in out and not in_all_of \
+                and path not in merged and not _COMBINED.intersection(out):
+            out["additionalProperties"] = False
+        return out
+
+    members(schema)
+    closed = close(schema, "#", False)
+    closed["x-guidance"] = {**closed.get("x-guidance", {}), "whitespace_pattern": LLAMA_CPP_SPACE}
+    return closed
+
+
 def validate(schema: dict[str, Any], value: Any) -> str | None:
     import jsonschema
 
@@ -167,7 +286,22 @@ def validate(schema: dict[str, Any], value: Any) -> str | None:
     return None if error is None else error.message[:160]
 
 
-def compile_one(llama: Any, item: dict[str, Any], engine: str) -> dict[str, Any]:
+def given(item: dict[str, Any], engine: str, defaults: str, lenient: bool = False) -> Any:
+    """The schema `engine` is given for `item` (llguidance's read as llama.cpp's converter reads it, by default;
+    `lenient`: with llguidance's x-guidance lenient, which ignores the keywords it does not implement, as GBNF
+    does, instead of refusing them)."""
+    schema = item["schema"]
+    if engine != "llguidance":
+        return schema
+    if defaults == "llama.cpp":
+        schema = llama_cpp_reading(schema)
+    if lenient and isinstance(schema, dict):
+        schema = {**schema, "x-guidance": {**schema.get("x-guidance", {}), "lenient": True}}
+    return schema
+
+
+def compile_one(llama: Any, item: dict[str, Any], engine: str, defaults: str = "llama.cpp",
+                lenient: bool = False) -> dict[str, Any]:
     """Build the constraint alone (the GBNF converted and parsed, or llguidance's grammar and matcher), timed."""
     import llamaplug as lp
     from llamaplug.high.structured import constraint
@@ -175,7 +309,7 @@ def compile_one(llama: Any, item: dict[str, Any], engine: str) -> dict[str, Any]
     row: dict[str, Any] = {"engine": engine, "name": item["name"], "source": item["source"], "samples": []}
     t0 = time.perf_counter()
     try:
-        built = constraint(llama.model, engine, json_schema=item["schema"])
+        built = constraint(llama.model, engine, json_schema=given(item, engine, defaults, lenient))
     except lp.LlamaError as exc:
         row.update(compiled=False, reason=str(exc)[:200], compile_ms=(time.perf_counter() - t0) * 1e3)
         return row
@@ -185,47 +319,82 @@ def compile_one(llama: Any, item: dict[str, Any], engine: str) -> dict[str, Any]
     return row
 
 
-def sample_all(llama: Any, work: list[tuple[dict[str, Any], dict[str, Any], int]], args: argparse.Namespace) -> None:
+def sample_all(llama: Any, work: list[tuple[dict[str, Any], dict[str, Any], int]],
+               args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Every (row, item, seed) sampled, n_seq_max at a time in the engine's shared batches (this machine is slow:
-    one sequence at a time would take hours); each sample's result is added to its row."""
+    one sequence at a time would take hours); each sample's result is added to its row. Each batch holds one
+    engine's samples, the engines' batches alternating (the same schemas and seeds in the same order, where both
+    compiled them); the wall time of each engine's batches over their tokens is its time per token (batched)."""
+    by_engine = {e: [w for w in work if w[0]["engine"] == e] for e in ENGINES}
+    width = llama.params.n_seq_max
+    batches = [(e, by_engine[e][start:start + width]) for start in range(0, len(work), width) for e in ENGINES
+               if by_engine[e][start:start + width]]
+    timing = {e: {"seconds": 0.0, "tokens": 0, "batches": 0} for e in ENGINES}
+    done_samples = 0
+    for engine, part in batches:
+        seconds, tokens = _sample_batch(llama, part, args)
+        timing[engine]["seconds"] += seconds
+        timing[engine]["tokens"] += tokens
+        timing[engine]["batches"] += 1
+        done_samples += len(part)
+        print(f"sampled {done_samples}/{len(work)} ({engine}: {len(part)} in {seconds:.1f} s, {tokens} tokens)",
+              file=sys.stderr)
+    for t in timing.values():
+        t["ms_per_token"] = round(t["seconds"] * 1e3 / t["tokens"], 3) if t["tokens"] else None
+    return timing
+
+
+def _sample_batch(llama: Any, part: list[tuple[dict[str, Any], dict[str, Any], int]],
+                  args: argparse.Namespace) -> tuple[float, int]:
+    """One batch sampled together; its wall time (jobs made and run) and the tokens it sampled."""
     import llamaplug as lp
     from llamaplug.high import events
     from llamaplug.high.jobs import collect_many, completion_job
 
-    width = llama.params.n_seq_max
-    for start in range(0, len(work), width):
-        part, jobs, kept = work[start:start + width], [], []
-        for row, item, seed in part:
-            form = {"type": "json_schema", "json_schema": {"name": "x", "schema": item["schema"]}}
-            try:
-                jobs.append(completion_job(llama, args.prompt, args.max_tokens,
-                                           lp.SamplerChain(seed=seed).top_k(40).temp(0.7), None, None, False, form,
-                                           True, row["engine"]))
-                kept.append((row, item))
-            except lp.LlamaError as exc:
-                row["samples"].append({"error": str(exc)[:200]})
+    t0 = time.perf_counter()
+    jobs, kept = [], []
+    for row, item, seed in part:
+        schema = given(item, row["engine"], args.defaults, args.lenient)
+        form = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
         try:
-            done = collect_many(events.gather(llama.engine, jobs), jobs)
-        except lp.LlamaError as exc:  # one job's failure fails the batch: record it against each
-            for row, _ in kept:
-                row["samples"].append({"error": f"batch: {str(exc)[:200]}"})
-            continue
-        for (row, item), out in zip(kept, done):
-            sample: dict[str, Any] = {"tokens": len(out.tokens), "finished": out.stop_reason.value != "max_tokens"}
-            if sample["finished"]:
-                try:
-                    sample["invalid"] = validate(item["schema"], json.loads(out.text))
-                except ValueError as exc:
-                    sample["invalid"] = f"not JSON: {exc}"
-                if sample["invalid"]:
-                    sample["text"] = out.text[:300]
-            row["samples"].append(sample)
-        print(f"sampled {min(start + width, len(work))}/{len(work)}", file=sys.stderr)
+            chain = lp.SamplerChain().greedy() if seed is None else lp.SamplerChain(seed=seed).top_k(40).temp(0.7)
+            jobs.append(completion_job(llama, args.prompt, args.max_tokens, chain, None, None, False, form, True,
+                                       row["engine"]))
+            kept.append((row, item, seed))
+        except lp.LlamaError as exc:
+            row["samples"].append({"error": str(exc)[:200]})
+    try:
+        done = collect_many(events.gather(llama.engine, jobs), jobs)
+    except lp.LlamaError as exc:  # one job's failure fails the batch: each sampled again alone, to find whose
+        if len(part) == 1:
+            kept[0][0]["samples"].append({"seed": kept[0][2], "error": str(exc)[:300]})
+            return time.perf_counter() - t0, 0
+        seconds, tokens = time.perf_counter() - t0, 0
+        for one in part:
+            more = _sample_batch(llama, [one], args)
+            seconds, tokens = seconds + more[0], tokens + more[1]
+        return seconds, tokens
+    seconds = time.perf_counter() - t0
+    for (row, item, seed), out in zip(kept, done):
+        sample: dict[str, Any] = {"seed": seed, "tokens": len(out.tokens),
+                                  "finished": out.stop_reason.value != "max_tokens"}
+        if sample["finished"]:
+            try:
+                sample["invalid"] = validate(item["schema"], json.loads(out.text))
+            except ValueError as exc:
+                sample["invalid"] = f"not JSON: {exc}"
+            if sample["invalid"]:
+                sample["text"] = out.text[:300]
+        else:
+            sample["text"] = out.text[-120:]  # where it was cut
+        row["samples"].append(sample)
+    return seconds, sum(len(out.tokens) for out in done)
 
 
-def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summary(rows: list[dict[str, Any]], timing: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
     table = []
-    for source in ("pin", "hypothesis", "schemastore", "all"):
+    sources = [s for s in ("pin", "hypothesis", "schemastore", "size-refused") if any(r["source"] == s for r in rows)]
+    for source in sources + ["all"]:
         for engine in ENGINES:
             mine = [r for r in rows if r["engine"] == engine and source in ("all", r["source"])]
             if not mine:
@@ -235,20 +404,25 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             table.append({
                 "source": source, "engine": engine, "schemas": len(mine),
                 "compiled": sum(r["compiled"] for r in mine),
+                "sampled_schemas": sum(bool(r.get("samples")) for r in mine),
                 "samples": len(samples), "errors": sum("error" in s for s in samples),
                 "finished": len(finished), "valid": sum(not s.get("invalid") for s in finished),
                 "compile_ms_median": round(statistics.median(r["compile_ms"] for r in mine if r["compiled"]), 2)
                 if any(r["compiled"] for r in mine) else None,
+                "ms_per_token_batched": (timing or {}).get(engine, {}).get("ms_per_token") if source == "all"
+                else None,
             })
     return table
 
 
 def markdown(table: list[dict[str, Any]]) -> str:
-    lines = ["| source | engine | schemas | compiled | valid / finished samples (of all) | errors | "
-             "compile ms (median) |", "|---|---|---|---|---|---|---|"]
+    lines = ["| source | engine | schemas | compiled | compile ms (median) | sampled schemas | valid / finished "
+             "samples (of all) | errors | ms per token (batched) |", "|---|---|---|---|---|---|---|---|---|"]
     for t in table:
-        lines.append(f"| {t['source']} | {t['engine']} | {t['schemas']} | {t['compiled']} | "
-                     f"{t['valid']}/{t['finished']} (of {t['samples']}) | {t['errors']} | {t['compile_ms_median']} |")
+        per = t.get("ms_per_token_batched")
+        lines.append(f"| {t['source']} | {t['engine']} | {t['schemas']} | {t['compiled']} | {t['compile_ms_median']} | "
+                     f"{t.get('sampled_schemas', '')} | {t['valid']}/{t['finished']} (of {t['samples']}) | "
+                     f"{t['errors']} | {'' if per is None else per} |")
     return "\n".join(lines)
 
 
@@ -267,6 +441,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "the default keeps a run on this 2-core VM under an hour)")
     ap.add_argument("--prompt", default="A short JSON example:\n")
     ap.add_argument("--compile-only", action="store_true", help="compile every schema, sample none")
+    ap.add_argument("--greedy", action="store_true", help="one greedy sample per schema and engine besides --n")
+    ap.add_argument("--defaults", choices=("llama.cpp", "json-schema"), default="llama.cpp",
+                    help="what llguidance reads where a schema leaves additionalProperties and whitespace open: "
+                    "llama.cpp's converter's reading (closed, its space rule; the default) or JSON Schema's (open)")
+    ap.add_argument("--lenient", action="store_true",
+                    help="llguidance ignores the keywords it does not implement (x-guidance lenient), as GBNF "
+                    "ignores uniqueItems, not, if/then: what it compiles at all, not what it enforces")
+    ap.add_argument("--size-refused", action="store_true",
+                    help="instead of the corpus: the schemas past each of the GBNF engine's size bounds "
+                    "(size_refused_schemas), every one compiled and sampled")
     ap.add_argument("--out", default=str(HERE / "results" / "structured" /
                                          f"corpus-{time.strftime('%Y-%m-%dT%H%M')}.json"))
     ap.add_argument("--no-save", action="store_true")
@@ -276,26 +460,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from llamaplug.catalog import default_model
     from llamaplug.high.structured import constraint
 
-    items, notes = corpus(args)
+    if args.size_refused:
+        items = [{"source": "size-refused", "name": name, "schema": schema, "rank": 0}
+                 for name, schema in size_refused_schemas().items()]
+        notes = ["the schemas past each of the GBNF engine's size bounds"]
+    else:
+        items, notes = corpus(args)
     for note in notes:
         print(note, file=sys.stderr)
     rows = []
-    with lp.Llama.load(lp.LlamaParams(model_path=default_model(args.model), n_ctx=args.parallel * 256,
+    room = args.max_tokens + len(args.prompt) + 16  # a sequence's prompt and reply: a token is a character or more
+    with lp.Llama.load(lp.LlamaParams(model_path=default_model(args.model), n_ctx=args.parallel * room,
                                       n_seq_max=args.parallel, n_threads=args.threads)) as llama:
         constraint(llama.model, "llguidance", json_schema={"type": "object"}).close()  # the tokenizer, made once
         work = []
         for i, item in enumerate(items):
             for engine in ENGINES if i % 2 == 0 else reversed(ENGINES):  # alternate: a slow spell hits both
-                row = compile_one(llama, item, engine)
+                row = compile_one(llama, item, engine, args.defaults, args.lenient)
                 rows.append(row)
                 print(f"{item['name']:>24} {engine:10} {'ok' if row['compiled'] else 'REFUSED':7} "
                       f"{row['compile_ms']:8.1f} ms  {row.get('reason', '')[:90]}", file=sys.stderr)
                 if row["compiled"] and (not args.sample_limit or item["rank"] < args.sample_limit):
-                    work += [(row, item, 1000 + k) for k in range(args.n)]
-        if not args.compile_only:
-            sample_all(llama, work, args)
-    table = summary(rows)
-    result = {"model": args.model, "max_tokens": args.max_tokens, "n": args.n, "notes": notes, "table": table,
+                    work += [(row, item, None)] * args.greedy + [(row, item, 1000 + k) for k in range(args.n)]
+        timing = None if args.compile_only else sample_all(llama, work, args)
+    table = summary(rows, timing)
+    result = {"model": args.model, "max_tokens": args.max_tokens, "n": args.n, "greedy": args.greedy,
+              "threads": args.threads, "parallel": args.parallel, "defaults": args.defaults, "lenient": args.lenient,
+              "sampler": "top_k 40, temperature 0.7, seeds 1000.. (and greedy where --greedy)",
+              "load_average_at_end": list(os.getloadavg()), "notes": notes, "table": table, "timing": timing,
               "rows": rows}
     print(markdown(table))
     if not args.no_save:
