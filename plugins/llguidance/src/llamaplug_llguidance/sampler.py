@@ -5,6 +5,12 @@ int32 word). `apply` fills it and sets the logits of the candidates whose bit is
 indexing the unpacked mask with the candidates' ids (no Python loop over the vocabulary); `accept` advances the
 matcher by the chosen token. A chain's constraint is asked first about its pick alone (SamplerChain.constrained:
 one candidate), which the matcher answers without the mask (up to a millisecond on Gemma's 262k vocabulary).
+
+llguidance's JSON-schema compiler recurses once per level of the schema, a local `$ref` counting as the levels of
+what it points at, with up to 4.5 KB of stack a level (1.9.1: 1,880 nested arrays, or a chain of 920 `$defs` each
+an object whose property is a `$ref` to the next, overflow an 8 MiB thread stack and kill the process), so a schema
+deeper than MAX_DEPTH is refused here, by name, before llguidance sees it. Up to that depth the schema is given to
+llguidance as a dict: its JSON text reader (serde_json) stops at 128 levels ("recursion limit exceeded").
 """
 
 from __future__ import annotations
@@ -12,7 +18,9 @@ from __future__ import annotations
 import json
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import llguidance
 import llguidance.numpy
@@ -21,8 +29,19 @@ import numpy as np
 from llamaplug import InvalidParameterError, SamplingError
 
 _tokenizers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+# Levels of a JSON schema, its local $refs followed (see the module's doc): 256 take at most ~1.2 MB of stack, within
+# the 2 MiB a thread gets where the stack limit is unlimited, and are more than the 200 of the GBNF engine's bound.
+MAX_DEPTH = 256
+# The JSON text reader's own limit, past which the schema goes to llguidance as a dict instead.
+_TEXT_DEPTH = 128
+# Two of llguidance's own bounds raised, each still a bound: the size of a grammar's initial lexer (1.9.1's
+# default 1,000,000 refuses an enum of 100,001 integers, which compiles in 0.4 s under 4x that: compile time), and
+# the parser's items in one row (its 2,000 stop an object of 600 optional properties at its first key, about 4
+# items a property: 10,000 take some 2,400 properties; the time of a token).
+LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=4_000_000, max_items_in_row=10_000)
 # Up to this many candidates are checked one by one (validate_tokens) rather than with the whole mask.
 FEW_CANDIDATES = 8
+_END = object()
 _lock = threading.Lock()
 
 
@@ -61,7 +80,61 @@ def tokenizer_for(model: Any) -> Any:
         return found
 
 
-def grammar_of(json_schema: Any = None, lark: str | None = None, grammar: str | None = None) -> tuple[str, str]:
+def _pointer(root: Any, ref: str) -> Any:
+    """The value a local `$ref` ("#/$defs/a") points at in `root`, or None (another document, an anchor, nothing)."""
+    node = root
+    for part in ref[1:].split("/")[1:] if ref != "#" else []:
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def schema_depth(schema: Any, bound: int = MAX_DEPTH) -> int:
+    """The levels llguidance's compiler recurses through for `schema`: dicts and lists nested, a local `$ref` adding
+    the levels of its target (one back into its own path is recursion, which the compiler makes one rule of:
+    nothing more). Counted without recursion, each value once; stops once past `bound`."""
+    if not isinstance(schema, dict | list):
+        return 0
+
+    def below(node: Any) -> Iterator[Any]:
+        values = node.values() if isinstance(node, dict) else node
+        found = [v for v in values if isinstance(v, dict | list)]
+        ref = node.get("$ref") if isinstance(node, dict) else None
+        if isinstance(ref, str) and ref.startswith("#"):
+            target = _pointer(schema, ref)
+            if isinstance(target, dict | list):
+                found.append(target)
+        return iter(found)
+
+    done: dict[int, int] = {}
+    path: list[tuple[Any, Iterator[Any], list[int]]] = [(schema, below(schema), [0])]  # node, to visit, deepest
+    on_path = {id(schema)}
+    while path:
+        if len(path) > bound:
+            return len(path)
+        node, todo, deepest = path[-1]
+        child = next(todo, _END)
+        if child is _END:
+            path.pop()
+            on_path.discard(id(node))
+            done[id(node)] = 1 + deepest[0]
+            if path:
+                path[-1][2][0] = max(path[-1][2][0], done[id(node)])
+        elif id(child) in done:
+            deepest[0] = max(deepest[0], done[id(child)])
+        elif id(child) not in on_path:
+            path.append((child, below(child), [0]))
+            on_path.add(id(child))
+    return done[id(schema)]
+
+
+def grammar_of(json_schema: Any = None, lark: str | None = None,
+               grammar: str | None = None) -> tuple[str | dict[str, Any], str]:
     """llguidance's grammar for the one constraint given, and the field it came from."""
     given = [(k, v) for k, v in (("json_schema", json_schema), ("lark", lark), ("grammar", grammar)) if v is not None]
     if len(given) != 1:
@@ -76,6 +149,14 @@ def grammar_of(json_schema: Any = None, lark: str | None = None, grammar: str | 
                 raise InvalidParameterError(f"json_schema is not JSON: {exc}", field="json_schema") from None
         if not isinstance(value, dict | bool):
             raise InvalidParameterError("json_schema must be a JSON schema object", field="json_schema")
+        depth = schema_depth(value)
+        if depth > MAX_DEPTH:
+            raise InvalidParameterError(
+                f"the json_schema nests deeper than {MAX_DEPTH} levels (dicts and lists, a local $ref counting as "
+                f"what it points at): llamaplug's bound for llguidance, whose compiler recurses once a level",
+                field="json_schema")
+        if depth > _TEXT_DEPTH:
+            return {"grammars": [{"json_schema": value}]}, field
         return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(value)), field
     if not isinstance(value, str):
         raise InvalidParameterError(f"{field} must be text", field=field)
@@ -90,12 +171,12 @@ def grammar_of(json_schema: Any = None, lark: str | None = None, grammar: str | 
 class LLGuidanceSampler:
     """A Python sampler (apply / accept / reset) whose candidates are those llguidance's matcher allows."""
 
-    def __init__(self, model: Any, grammar: str, field: str):
+    def __init__(self, model: Any, grammar: str | dict[str, Any], field: str):
         self.tokenizer = tokenizer_for(model)
         self.n_vocab = model.n_vocab
         self.field = field
         self.ends = frozenset(self.tokenizer.eos_tokens)
-        self.matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
+        self.matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0, limits=LIMITS)
         if self.matcher.is_error():
             # llguidance names what it refused: an unsupported keyword, a bad pattern, a Lark error
             raise InvalidParameterError(f"llguidance cannot take this {field}: {self.matcher.get_error()}",
