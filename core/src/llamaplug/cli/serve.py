@@ -210,13 +210,16 @@ def _serve(args: argparse.Namespace) -> int:
         from ..server import gcp as gcp_routes
 
         gcp_routes.install(app, gcp)
-    if mcp:  # the servers are started once here to list their tools, then per call
+    if mcp:  # the servers are started once here to list their tools, then again at a first call and kept
         import asyncio
 
         from ..high.mcp_tools import McpTools
 
         # as llama-server: a server that cannot list its tools is left out with a warning, the others serve
-        app.state.mcp = asyncio.run(McpTools.from_sources(args.mcp_config, args.mcp_json).start(skip_failed=True))
+        app.state.mcp = asyncio.run(McpTools.from_sources(args.mcp_config, args.mcp_json, keep=True)
+                                    .start(skip_failed=True))
+        # the first signal ends the tool calls running (a 503) and the servers: a call waits on no engine
+        app.state.on_stop = [app.state.mcp.close]
         app.state.mcp_bounds = (args.mcp_max_steps, args.mcp_timeout)
         serve_log.log.info("MCP tools: %s", ", ".join(app.state.mcp.tools) or "none")
     # uvicorn's loggers go to the handler serve_log set up (log_config None: uvicorn leaves logging alone)

@@ -1,7 +1,9 @@
 """How `llamaplug serve` stops on SIGTERM or Ctrl-C (SIGINT), busy or not.
 
 1. The first signal: stop accepting connections (idle keep-alive ones close); the requests running go on,
-   for up to `grace` seconds (--shutdown-timeout).
+   for up to `grace` seconds (--shutdown-timeout). What no engine runs and a client would wait out the grace
+   for ends at once: the app's `state.on_stop` (async callables; MCP tool calls and their servers), each
+   request it ends answered with its API's error.
 2. Then, or at once on a second signal: every loaded model's engine stops. Each job still running ends with
    a ClosedError, which each route's stream answers as it answers any error met mid-stream: its API's
    in-stream error event (OpenAI's `data: {"error": ...}` and [DONE], Anthropic's `event: error`, the
@@ -78,6 +80,11 @@ class Server(uvicorn.Server):
             sock.close()
         for connection in list(state.connections):
             connection.shutdown()  # an idle one closes now, a busy one after its response
+        for stop in getattr(getattr(self.config.app, "state", None), "on_stop", ()):
+            try:
+                await stop()
+            except Exception:
+                log.exception("stopping %s failed", stop)
         await self._until(lambda: not state.connections, self.grace, hurry=True)
         if state.connections:
             log.warning("stopping %d requests still running (%s)", len(state.tasks),
