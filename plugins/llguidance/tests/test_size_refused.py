@@ -2,14 +2,16 @@
 
 bench/structured_corpus.py's size_refused_schemas: one schema past each of the GBNF engine's size bounds
 (blocks/json_schema.py's depth, values and optional properties; blocks/grammar_bounds.py's bytes, rules,
-alternatives, chain and repetition on the converted grammar). Each is refused by the GBNF engine. llguidance compiles
-all but two, and SmolLM2's replies under it through the chat API (greedy and two seeds, 256 tokens) that finish are
-JSON the schema validates (jsonschema, formats checked); a reply cut at max_tokens is a prefix llguidance allowed
-(the greedy reply to 600 optional properties names them in order: p1, p2, ... and needs some 3,700 tokens). The two
-it refuses, by name: a chain of 5,000 `$ref`s, deeper than the plugin's bound (sampler.MAX_DEPTH, the levels
-llguidance's compiler recurses through, where it would overflow the thread's stack and kill the process), and
-24,000 properties, past llguidance's own bound on a schema's size (50,000 compiled subschemas, not configurable in
-1.9.1). One it compiles but cannot sample: 3,000 long optional keys open at once, past its parser's row limit.
+alternatives, chain and repetition on the converted grammar). Each is refused by the GBNF engine. llguidance
+compiles all but two and samples all but two more, and SmolLM2's replies under it through the chat API (greedy and
+two seeds, 256 tokens) that finish are JSON the schema validates (jsonschema, formats checked); a reply cut at
+max_tokens is a prefix llguidance allowed (the greedy reply to 600 optional properties names them in order: p1, p2,
+... and needs some 3,700 tokens). The two it refuses, by name: a chain of 5,000 `$ref`s, deeper than the plugin's
+bound (sampler.MAX_DEPTH, the levels llguidance's compiler recurses through, where it would overflow the thread's
+stack and kill the process), and 24,000 properties, past llguidance's own bound on a schema's size (50,000 compiled
+subschemas, not configurable in 1.9.1). Two it compiles but cannot sample, each a SamplingError naming why: 3,000
+long optional keys open at once (its parser's row limit) and a pattern of 100,001 optional groups (a panic inside
+its matcher).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ ASK = [{"role": "user", "content": "Reply with a short JSON value."}]
 # what llguidance refuses, and the words that name why
 REFUSED_BY_LLGUIDANCE = {"ref-chain-5000": f"deeper than {MAX_DEPTH} levels",
                          "grammar-bytes-24000-properties": "schema too large"}
-# what it compiles but cannot sample: 3,000 optional keys open after "{" are 11,990 items in the parser's row
-FAILS_WHEN_SAMPLED = {"grammar-bytes-shared-prefix": "max is 10000"}
+# what it compiles but cannot sample: 3,000 optional keys open after "{" are 11,990 items in the parser's row; a
+# pattern of 100,001 optional groups panics inside llguidance 1.9.1's matcher at the first token (caught: an error)
+FAILS_WHEN_SAMPLED = {"grammar-bytes-shared-prefix": "max is 10000", "pattern-rules-100001": "panic"}
 # room for a reply to finish: grammar-bytes' keys are 420 characters long
 MAX_TOKENS = {"grammar-bytes": 1024}
 
