@@ -133,6 +133,32 @@ def _builtin_tools(text: str) -> list[str]:
     return list(BUILTIN_TOOLS) if "all" in names else [n for n in BUILTIN_TOOLS if n in names]
 
 
+def _lora_files(text: str) -> list[tuple[str, float]]:
+    """--lora FNAME[,FNAME...]: each at scale 1 (llama-server's comma list)."""
+    return [(item.strip(), 1.0) for item in text.split(",") if item.strip()]
+
+
+def _lora_scaled(text: str) -> list[tuple[str, float]]:
+    """--lora-scaled FNAME:SCALE[,FNAME:SCALE...], as llama-server splits it (one ':' in each item)."""
+    import math
+
+    given = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        parts = item.split(":")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            scale = float(parts[1])
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"lora-scaled format: FNAME:SCALE, got {item!r}") from None
+        if not math.isfinite(scale):
+            raise argparse.ArgumentTypeError(f"a LoRA scale is a finite number, got {parts[1]!r} in {item!r}")
+        given.append((parts[0], scale))
+    return given
+
+
 def _port(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535; 0: any free one)")
@@ -340,6 +366,13 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("-t", "--threads", type=int)
     serve.add_argument("-s", "--seed", type=int, default=0xFFFFFFFF, help="seed for requests that give none")
     serve.add_argument("--mmproj", help="multimodal projector GGUF: image/audio chat parts (llamaplug-mtmd)")
+    # llama-server's LoRA flags: every adapter in the order given (its id at /lora-adapters), with its scale
+    serve.add_argument("--lora", dest="lora", action="append", type=_lora_files, metavar="FNAME",
+                       help="a LoRA adapter GGUF at scale 1 (comma-separated: several); repeatable")
+    serve.add_argument("--lora-scaled", dest="lora", action="append", type=_lora_scaled, metavar="FNAME:SCALE,...",
+                       help="a LoRA adapter GGUF at SCALE (comma-separated: several); repeatable")
+    serve.add_argument("--lora-init-without-apply", dest="lora_init_without_apply", action="store_true",
+                       help="load the LoRA adapters at scale 0 (set scales later with POST /lora-adapters)")
     serve.add_argument("--pooling", choices=["mean", "cls", "last", "none"],
                        help="for /v1/embeddings (default: the model's own; mean where it has none); none: a vector "
                             "per token, not normalized, at /embeddings only (/v1/embeddings refuses it, as "

@@ -24,12 +24,39 @@ def _stop_loading(signum: int, frame: object) -> None:
     raise _StoppedLoading(signum)
 
 
+class _BadAdapter(Exception):
+    """A --lora / --lora-scaled file that is missing, not a GGUF or not an adapter of the model (its message
+    names the path: the LlamaError the library raised for it)."""
+
+
+def _lora(args: argparse.Namespace, n_models: int) -> list[tuple[str, float]]:
+    """The adapters of --lora / --lora-scaled in their order (their ids), each file checked before any model
+    loads; scale 0 for each with --lora-init-without-apply, as llama-server (set later: POST /lora-adapters)."""
+    from ..blocks.gguf_header import inspect_model
+    from ..errors import InvalidParameterError, LlamaError
+
+    given = [pair for group in (args.lora or []) for pair in group]
+    if not given:
+        return []
+    if n_models != 1:
+        raise InvalidParameterError("--lora goes with one -m (the adapters are of that model)", field="lora")
+    for path, _ in given:
+        try:
+            inspect_model(path)  # missing, unreadable or not a GGUF: named now
+        except LlamaError as exc:
+            raise _BadAdapter(f"LoRA adapter {path}: {exc}") from None
+    return [(path, 0.0 if args.lora_init_without_apply else scale) for path, scale in given]
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import time
 
     began = time.monotonic()
     try:
         return _serve(args)
+    except _BadAdapter as exc:  # as a bad flag: one line, exit 2, before (or instead of) serving
+        print(f"llamaplug serve: error: {exc}", file=sys.stderr)
+        return 2
     except _StoppedLoading:
         from . import serve_log
 
@@ -41,7 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from ..catalog import default_model
-    from ..errors import InvalidParameterError
+    from ..errors import InvalidParameterError, LlamaError
     from ..params import ContextParams
 
     if not args.models_dir and not args.ray:  # the -m models load with the default backends
@@ -109,6 +136,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.mmproj and len(files) != 1:
         raise InvalidParameterError("--mmproj goes with one -m; in a models dir, give each model's in models.toml",
                                     field="mmproj")
+    lora = _lora(args, len(files) + 2 * bool(args.models_dir))
+    if lora:  # one model (checked): its params
+        base["lora"] = lora
     template, chat = chat_settings(args)
     skipping = lambda message: print(f"warning: {message}", file=sys.stderr)  # noqa: E731  (at any --log)
     specs = specs_from_dir(args.models_dir, base, skipping) if args.models_dir else []
@@ -166,7 +196,13 @@ def _serve(args: argparse.Namespace) -> int:
     from ..server.listen import serve_on
 
     if loading is not None:
-        llama = registry.preload(specs[0].id, loading.result()).llama
+        try:
+            loaded = loading.result()
+        except LlamaError as exc:  # an adapter of another model (architecture, shapes): named, exit 2
+            if not any(str(path) in str(exc) for path, _ in lora):
+                raise
+            raise _BadAdapter(str(exc)) from None
+        llama = registry.preload(specs[0].id, loaded).llama
         # the engine's own counts: models.toml may give the model its own n_seq_max and n_ctx
         serve_log.log.info("loaded %s: %d slots of %d tokens%s", specs[0].params.model_path, llama.engine.n_slots,
                            llama.engine.n_ctx_seq, " (one KV cache they share)" if args.kv_unified else "")
@@ -198,6 +234,11 @@ def _serve(args: argparse.Namespace) -> int:
     app.state.verbose = args.verbose  # llama-server's: every reply carries __verbose unless the request says not
     if args.ui_mcp_proxy:
         serve_log.log.warning("--ui-mcp-proxy: /cors-proxy forwards requests to any URL (experimental)")
+    from ..server.native import lora as lora_routes
+
+    app.include_router(lora_routes.router)  # llama-server's GET/POST /lora-adapters (an empty list without --lora)
+    app.state.lora_scales = [scale for _, scale in lora]  # what POST sets; a request's own `lora` must agree
+    app.add_middleware(lora_routes.PerRequestLora)
     if args.tools or mcp:  # POST /tools exists only with the flag or MCP servers (their tools too, as llama-server)
         from ..server.builtin_tools.routes import router as tools_router
 
