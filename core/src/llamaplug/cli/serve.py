@@ -234,11 +234,14 @@ def _serve(args: argparse.Namespace) -> int:
     app.state.verbose = args.verbose  # llama-server's: every reply carries __verbose unless the request says not
     if args.ui_mcp_proxy:
         serve_log.log.warning("--ui-mcp-proxy: /cors-proxy forwards requests to any URL (experimental)")
+    from starlette.middleware import Middleware
+
     from ..server.native import lora as lora_routes
 
     app.include_router(lora_routes.router)  # llama-server's GET/POST /lora-adapters (an empty list without --lora)
     app.state.lora_scales = [scale for _, scale in lora]  # what POST sets; a request's own `lora` must agree
-    app.add_middleware(lora_routes.PerRequestLora)
+    # innermost, after the key and the body cap: it reads the body JsonBody has already bounded
+    app.user_middleware.append(Middleware(lora_routes.PerRequestLora))
     if args.tools or mcp:  # POST /tools exists only with the flag or MCP servers (their tools too, as llama-server)
         from ..server.builtin_tools.routes import router as tools_router
 

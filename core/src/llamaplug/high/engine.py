@@ -173,15 +173,18 @@ class Engine:
             self._drafter.close()
 
     @contextlib.contextmanager
-    def idle(self, why: str) -> Iterator[list[list[int]]]:
-        """Hold the engine between steps, with no request running; yields each slot's tokens (mutable)."""
+    def idle(self, why: str, *, forget: bool = False) -> Iterator[list[list[int]]]:
+        """Hold the engine between steps, with no request running; yields each slot's tokens (mutable).
+        `forget`: the caller changed how the context computes (an adapter's scale), so what the idle slots and
+        the prompt cache hold is dropped before the next step instead of taken as the slots' new truth."""
         with self._stepping:
             with self._cv:
                 if self._busy() or self._waiting:
                     raise InvalidParameterError(f"{why} needs the engine idle; requests are running or waiting",
                                                 field="state")
                 yield [slot.tokens for slot in self._slots]
-                self._epoch = self._ctx.epoch  # what the caller did (load_state) is the slots' new truth
+                if not forget:
+                    self._epoch = self._ctx.epoch  # what the caller did (load_state) is the slots' new truth
 
     # -- the worker ----------------------------------------------------------
     def _run(self) -> None:

@@ -62,26 +62,17 @@ def parse_scales(body: Any, n: int) -> list[float]:
     return scales
 
 
-class _Forget(Exception):
-    """Raised out of `Engine.idle`'s block once the scales are set: the engine then does not take the context
-    as its own (its epoch is left behind), and before its next step forgets what its idle slots and its prompt
-    cache hold, KV computed at the old scales (Engine._forget_if_touched)."""
-
-
 def set_scales(served: Served, scales: list[float]) -> None:
-    """The adapters' scales, set between engine steps with nothing running (waits up to IDLE_WAIT seconds)."""
+    """The adapters' scales, set between engine steps with nothing running (waits up to IDLE_WAIT seconds); the
+    KV the idle slots and the prompt cache hold, computed at the old scales, is forgotten."""
     llama = served.llama
     deadline = time.monotonic() + IDLE_WAIT
     while True:
         try:
-            with llama.engine.idle("setting the LoRA scales"):
-                adapters = list(llama.context.loras)
-                if [llama.context.loras[a] for a in adapters] == scales:
-                    return
-                for adapter, scale in zip(adapters, scales):
-                    llama.context.set_lora(adapter, scale)
-                raise _Forget
-        except _Forget:
+            with llama.engine.idle("setting the LoRA scales", forget=True):
+                for adapter, scale in zip(list(llama.context.loras), scales):
+                    if llama.context.loras[adapter] != scale:  # each set drops the cached KV: only a change
+                        llama.context.set_lora(adapter, scale)
             return
         except InvalidParameterError as exc:
             if exc.field != "state":
