@@ -9,11 +9,8 @@ from __future__ import annotations
 import json
 import urllib.request
 
-import pytest
 from fixtures.tiny_mmproj import write_tiny_mmproj
 from llamaplug_testing import on_both
-
-pytest.importorskip("llamaplug_mtmd", reason="the projector needs the llamaplug-mtmd plugin")
 
 
 def _script(port: int) -> dict:
