@@ -143,7 +143,7 @@ def _chunk(out: ChatCompletionChunk, index: int, extra: dict[str, Any] | None = 
     """`out` as JSON (None fields left out, but finish_reason: null until the last, as llama-server and OpenAI send
     it), with `extra`'s fields and `delta`'s in its delta (a None kept)."""
     out.choices[0].index = index
-    chunk = json.loads(out.model_dump_json(exclude_none=True))
+    chunk = out.model_dump(mode="json", exclude_none=True)  # a dict: a chunk a token is not dumped, read and dumped
     chunk["choices"][0].setdefault("finish_reason", None)
     chunk["choices"][0]["delta"].update(delta)
     return json.dumps({**chunk, **(extra or {})})
