@@ -79,6 +79,15 @@ async def run(request: Request, served: Served, body: NativeCompletionRequest, p
     return results[0] if len(results) == 1 else results
 
 
+def mixed_tokens(pieces: list[int | str], tokenize: Any) -> list[int]:
+    """llama-server's mixed prompt ([12, "text", 34]) as token ids: each text read by `tokenize(text, first)`, the
+    model's special tokens added only to a text that comes first (its tokenize_mixed)."""
+    tokens: list[int] = []
+    for i, piece in enumerate(pieces):
+        tokens += tokenize(piece, i == 0) if isinstance(piece, str) else [piece]
+    return tokens
+
+
 def check_room(served: Served, tokens: list[int], param: str) -> None:
     """A prompt the slot cannot hold with room for one token is llama-server's exceed_context_size_error (a 400
     naming `param`), before the engine sees it."""

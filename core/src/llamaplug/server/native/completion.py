@@ -19,7 +19,7 @@ from ..deps import served_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, BadRequestError
 from ..registry import Served
-from ..shared import check_room, run
+from ..shared import check_room, mixed_tokens, run
 from ..streaming import off_loop
 from .schemas import JsonPrompt, NativeCompletionRequest
 
@@ -70,13 +70,8 @@ def _unwrap(prompt: Any, served: Served) -> Any:
 def prompt_tokens(served: Served, prompt: str | list[int | str]) -> list[int]:
     """One prompt's tokens (text tokenized with special tokens, as llama-server), refused if it outgrows a slot."""
     model = served.llama.model
-    pieces = [prompt] if isinstance(prompt, str) else prompt
-    tokens: list[int] = []
-    for i, piece in enumerate(pieces):
-        if isinstance(piece, str):
-            tokens += model.tokenize(piece, i == 0, True)
-        else:
-            tokens.append(piece)
+    tokens = mixed_tokens([prompt] if isinstance(prompt, str) else prompt,
+                          lambda text, first: model.tokenize(text, first, True))
     if not tokens:
         raise BadRequestError("the prompt has no tokens", param="prompt")
     check_room(served, tokens, "prompt")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import BadRequestError
+from ..shared import mixed_tokens
 
 Prompt = str | list[int]
 
@@ -46,10 +47,7 @@ def _prompt(item: Any, where: str, tokenize: Any) -> Prompt:
             raise BadRequestError(f"{where} must be token ids and texts", param=where)
         if all(_is_id(v) for v in item):
             return list(item)
-        tokens: list[int] = []
-        for i, v in enumerate(item):
-            tokens += [v] if _is_id(v) else tokenize(v, i == 0)
-        return tokens
+        return mixed_tokens(item, tokenize)
     if isinstance(item, dict):
         if "content" in item:
             return _content_text(item["content"], f"{where}.content")
