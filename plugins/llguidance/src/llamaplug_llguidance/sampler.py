@@ -9,8 +9,8 @@ one candidate), which the matcher answers without the mask (up to a millisecond 
 llguidance's JSON-schema compiler recurses once per level of the schema, a local `$ref` counting as the levels of
 what it points at, with up to 4.5 KB of stack a level (1.9.1: 1,880 nested arrays, or a chain of 920 `$defs` each
 an object whose property is a `$ref` to the next, overflow an 8 MiB thread stack and kill the process), so a schema
-deeper than MAX_DEPTH is refused here, by name, before llguidance sees it. Up to that depth the schema is given to
-llguidance as a dict: its JSON text reader (serde_json) stops at 128 levels ("recursion limit exceeded").
+deeper than MAX_DEPTH is refused here, by name, before llguidance sees it. The schema is given to llguidance as a
+dict, not as JSON text: its text reader (serde_json) stops at 128 levels ("recursion limit exceeded").
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ _tokenizers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 # Levels of a JSON schema, its local $refs followed (see the module's doc): 256 take at most ~1.2 MB of stack, within
 # the 2 MiB a thread gets where the stack limit is unlimited, and are more than the 200 of the GBNF engine's bound.
 MAX_DEPTH = 256
-# The JSON text reader's own limit, past which the schema goes to llguidance as a dict instead.
-_TEXT_DEPTH = 128
 # Two of llguidance's own bounds raised, each still a bound: the size of a grammar's initial lexer (1.9.1's
 # default 1,000,000 refuses an enum of 100,001 integers, which compiles in 0.4 s under 4x that: compile time), and
 # the parser's items in one row (its 2,000 stop an object of 600 optional properties at its first key, about 4
@@ -155,9 +153,8 @@ def grammar_of(json_schema: Any = None, lark: str | None = None,
                 f"the json_schema nests deeper than {MAX_DEPTH} levels (dicts and lists, a local $ref counting as "
                 f"what it points at): llamaplug's bound for llguidance, whose compiler recurses once a level",
                 field="json_schema")
-        if depth > _TEXT_DEPTH:
-            return {"grammars": [{"json_schema": value}]}, field
-        return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(value)), field
+        # what LLMatcher.grammar_from_json_schema writes as JSON text, as a dict: no 128-level reader on the way
+        return {"grammars": [{"json_schema": value}]}, field
     if not isinstance(value, str):
         raise InvalidParameterError(f"{field} must be text", field=field)
     if field == "lark" or value.lstrip().startswith("%llguidance"):
