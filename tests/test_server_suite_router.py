@@ -2,15 +2,21 @@
 answers {"success": true} (the suite's _load_model_and_wait checks it), every streamed chat chunk has its
 finish_reason (null until the last; the suite's stream test reads choice["finish_reason"] on each), and with
 --no-models-autoload a request for a model not loaded is a 400 until /models/load. The pin's llama-server in router
-mode (--models-dir) and `llamaplug serve --models-dir`, on the same folder, compared.
+mode (--models-dir) and `llamaplug serve --models-dir`, on the same folder, compared. Then the router's GET /props,
+--models-preset (an INI file of models; GET /models?reload=1 reads it again; dedup-cache-models) and DELETE /models,
+each compared with llama-server's router on the same files and the same Hugging Face cache layout.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import subprocess
+import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,14 +26,21 @@ from llamaplug_testing.servers import _serving
 
 
 @contextlib.contextmanager
+def native_server(bin_dir: Path, cache: Path, *args: str) -> Iterator[int]:
+    """llama-server with no model: its router over the Hugging Face cache `cache` (LLAMA_CACHE) and `args`."""
+    port = free_port()
+    proc = subprocess.Popen([str(bin_dir / "llama-server"), "--host", "127.0.0.1", "--port", str(port),
+                             "-t", str(THREADS), "-np", "1", "-c", "512", "--offline", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={"LLAMA_CACHE": str(cache), "PATH": "/usr/bin:/bin"})
+    yield from _serving(proc, port, "llama-server", term_again_after=3)
+
+
+@contextlib.contextmanager
 def native_router(bin_dir: Path, models_dir: Path, cache: Path, *args: str) -> Iterator[int]:
     """llama-server with no model: its router, each model of `models_dir` a child server loaded when asked."""
-    port = free_port()
-    proc = subprocess.Popen([str(bin_dir / "llama-server"), "--models-dir", str(models_dir), "--host", "127.0.0.1",
-                             "--port", str(port), "-t", str(THREADS), "-np", "1", "-c", "512", "--offline", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={"LLAMA_CACHE": str(cache), "PATH": "/usr/bin:/bin"})  # (no cached models listed)
-    yield from _serving(proc, port, "llama-server", term_again_after=3)
+    with native_server(bin_dir, cache, "--models-dir", str(models_dir), *args) as port:  # (no cached models)
+        yield port
 
 
 def _stream(port: int, body: dict) -> list[dict]:
@@ -93,3 +106,152 @@ def test_no_models_autoload_as_llama_servers_router(native_tools, smollm2_path, 
         ours = _no_autoload(port)
     assert theirs == {"before": (400, True), "load": 200, "after": 200}
     assert ours == theirs
+
+
+def _get(port: int, path: str, method: str = "GET") -> tuple[int, dict]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def _ids(port: int, reload: bool = False) -> set[str]:
+    status, body = _get(port, "/models" + ("?reload=1" if reload else ""))
+    assert status == 200, body
+    return {m["id"] for m in body["data"]}
+
+
+def test_router_props_as_llama_servers_router(native_tools, smollm2_path, tmp_path):
+    """The suite's test_router_props: GET /props of a router (no `model`) describes the router."""
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("smollm2.gguf", "other.gguf"):
+        (models / name).symlink_to(smollm2_path)
+
+    def script(port: int) -> dict:
+        status, body = _get(port, "/props")
+        return {"status": status, "role": body.get("role"), "max_instances": body.get("max_instances"),
+                "models_autoload": body.get("models_autoload"), "b": str(body.get("build_info")).startswith("b"),
+                "keys": set(body)}
+
+    flags = ("--models-max", "2", "--no-models-autoload")
+    with native_router(native_tools, models, tmp_path / "cache", *flags) as port:
+        theirs = script(port)
+    with llamaplug_server(None, "--models-dir", str(models), "-c", "512", "-np", "1", *flags) as (port, _):
+        ours = script(port)
+    assert theirs["status"] == 200 and theirs["role"] == "router"
+    assert ours.pop("keys") >= theirs.pop("keys")
+    assert ours == theirs == {"status": 200, "role": "router", "max_instances": 2, "models_autoload": False,
+                              "b": True}
+
+
+def test_models_preset_reload_as_llama_servers_router(native_tools, smollm2_path, tmp_path):
+    """The suite's test_router_reload_models: GET /models?reload=1 reads the preset file again (a model gone is
+    forgotten, a new one listed), with a [*] section, a short key and a comment."""
+    preset = tmp_path / "models.ini"
+
+    def write(*names: str) -> None:
+        preset.write_text("version = 1\n[*]\nc = 512 ; every model's\n\n" + "".join(
+            f"[{name}]\nmodel = {smollm2_path}\nalias = {name}-alias\n\n" for name in names))
+
+    def script(port: int) -> list:
+        write("model-a", "model-b")
+        try:
+            first = _ids(port)
+            write("model-b", "model-c")
+            return [first, _ids(port, reload=True), _get(port, "/models")[1]["data"][0]["aliases"]]
+        finally:
+            write("model-a", "model-b")
+
+    write("model-a", "model-b")
+    (tmp_path / "cache").mkdir()
+    with native_server(native_tools, tmp_path / "cache", "--models-preset", str(preset)) as port:
+        theirs = script(port)
+    with llamaplug_server(None, "--models-preset", str(preset), "-c", "512", "-np", "1") as (port, _):
+        ours = script(port)
+    assert theirs == [{"model-a", "model-b"}, {"model-b", "model-c"}, ["model-b-alias"]]
+    assert ours == theirs
+
+
+def _hub_cache(folder: Path, model: Path) -> dict[str, str]:
+    """A Hugging Face cache with two repositories, each one file (`model`): their ids, as both list them.
+
+    beta, which the test deletes, is a copy: llama-server's DELETE /models deletes a snapshot's file and, when that
+    is a symbolic link, the file it points to (common_download_remove: the blob), here the shared test model."""
+    repos = {"test-org/alpha-GGUF": "alpha-Q8_0.gguf", "test-org/beta-GGUF": "beta-F32.gguf"}
+    for repo, name in repos.items():
+        repo_dir = folder / ("models--" + repo.replace("/", "--"))
+        snapshot = repo_dir / "snapshots" / ("0" * 40)
+        snapshot.mkdir(parents=True)
+        (repo_dir / "refs").mkdir()
+        (repo_dir / "refs" / "main").write_text("0" * 40)
+        if "beta" in repo:
+            shutil.copyfile(model, snapshot / name)
+        else:
+            (snapshot / name).symlink_to(model)
+    return {"alpha": "test-org/alpha-GGUF:Q8_0", "beta": "test-org/beta-GGUF:F32"}
+
+
+def test_dedup_cache_models_and_delete_as_llama_servers_router(native_tools, smollm2_path, tmp_path, monkeypatch):
+    """The suite's test_router_dedup_cache_models (a preset's dedup-cache-models hides the cached model of its
+    hf-repo from GET /models, in its section or in [*]; the hidden model still serves) and DELETE /models
+    (test_router_delete_model's request): llama-server's router lists its cache, serve is given the same models as
+    -m org/repo:TAG from the same cache."""
+    preset = tmp_path / "models.ini"
+
+    def write(where: str | None) -> None:
+        preset.write_text(("[*]\ndedup-cache-models = 1\n\n" if where == "global" else "")
+                          + "[model-dedup]\nhf-repo = test-org/alpha-GGUF\n"
+                          + ("dedup-cache-models = on\n" if where == "section" else ""))
+
+    def script(port: int, ids: dict[str, str]) -> dict:
+        write("section")
+        out: dict = {"section": _ids(port)}
+        out["hidden_serves"] = post_status(port, "/tokenize", {"model": ids["alpha"], "content": "hello"})[0]
+        write(None)
+        out["off"] = _ids(port, reload=True)
+        write("global")
+        out["global"] = _ids(port, reload=True)
+        out["delete_nameless"] = _get(port, "/models", "DELETE")[0]
+        out["delete_preset_refused"] = _get(port, "/models?model=model-dedup", "DELETE")[0] >= 400
+        out["delete"] = _get(port, f"/models?model={ids['beta']}", "DELETE")
+        out["after"] = _ids(port)
+        return out
+
+    write("section")
+    theirs_ids = _hub_cache(tmp_path / "theirs", smollm2_path)  # (llama-server deletes a model's files)
+    with native_server(native_tools, tmp_path / "theirs", "--models-preset", str(preset)) as port:
+        theirs = script(port, theirs_ids)
+    ids = _hub_cache(tmp_path / "ours", smollm2_path)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "ours"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    write("section")
+    with llamaplug_server(None, "-m", ids["alpha"], "-m", ids["beta"], "--models-preset", str(preset), "-c", "512",
+                          "-np", "1", "--offline") as (port, _):
+        ours = script(port, ids)
+    assert theirs == {"section": {"model-dedup", ids["beta"]}, "hidden_serves": 200,
+                      "off": {"model-dedup", ids["alpha"], ids["beta"]}, "global": {"model-dedup", ids["beta"]},
+                      "delete_nameless": 400, "delete_preset_refused": True, "delete": (200, {"success": True}),
+                      "after": {"model-dedup"}}
+    assert ours == theirs
+
+
+def test_bad_preset_is_an_error_naming_file_and_line(native_tools, tmp_path):
+    """A preset file that cannot be served stops serve at its start with one line naming the file, the line and
+    the key (no traceback); the pin's llama-server refuses the same files (it names the file, or the key)."""
+    cases = {"indented.ini": ("[a]\nmodel = x.gguf\n  c = 512\n", "line 3"),
+             "unknown.ini": ("[a]\nmodel = x.gguf\nno-such-flag = 1\n", "'no-such-flag'")}
+    for name, (text, said) in cases.items():
+        (tmp_path / name).write_text(text)
+        native = subprocess.run([str(native_tools / "llama-server"), "--models-preset", str(tmp_path / name),
+                                 "--port", str(free_port()), "--offline"], capture_output=True, text=True, timeout=60,
+                                env={"LLAMA_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"})
+        ours = subprocess.run([sys.executable, "-m", "llamaplug.cli", "serve", "--models-preset", str(tmp_path / name),
+                               "--port", str(free_port())], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert native.returncode != 0, name
+        assert ours.returncode != 0, name
+        assert f"{tmp_path / name}" in ours.stderr and said in ours.stderr, ours.stderr
+        assert "Traceback" not in ours.stderr, ours.stderr

@@ -315,6 +315,9 @@ def parser() -> argparse.ArgumentParser:
                        "llama-server's. With one -m, every -a names it")
     serve.add_argument("--models-dir", metavar="DIR", help="serve every *.gguf in DIR, each loaded when first asked "
                        "for; DIR/models.toml may give a model's n_ctx, n_seq_max, mmproj, chat_template, aliases")
+    serve.add_argument("--models-preset", metavar="FILE", help="llama-server's INI file of models (a [name] "
+                       "section each, its keys the flags without dashes: hf-repo, model, c, alias, ...; [*]: every "
+                       "model's), each loaded when first asked for; GET /models?reload=1 reads it again")
     serve.add_argument("--max-loaded", "--models-max", dest="max_loaded", type=_positive, metavar="N",
                        help="models loaded at once: loading one more unloads the least recently used")
     serve.add_argument("--models-autoload", dest="models_autoload", action=argparse.BooleanOptionalAction,
@@ -441,7 +444,7 @@ def parser() -> argparse.ArgumentParser:
     from ..serve_flags import add_llama_server_flags
 
     add_llama_server_flags(serve)  # last: llama-server's flags that are not ours become errors naming them
-    serve.set_defaults(func=cmd_serve)
+    serve.set_defaults(func=cmd_serve, serve_parser=serve)  # (--models-preset reads its keys with it)
     tokenizer = sub.add_parser("tokenizer", help="tokenizer tools (plugin llamaplug-tokenizer-hf)")
     groups = {"tokenizer": tokenizer.add_subparsers(dest="tokenizer_command", required=True)}
     from ..bench import add_parser

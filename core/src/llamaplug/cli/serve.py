@@ -124,7 +124,8 @@ def _serve(args: argparse.Namespace) -> int:
         base["flash_attn_type"] = args.flash_attn
     base.update(draft_params(args))
     given = (args.model or []) + (args.hf_repo or [])
-    files = [model_path(m) for m in given] or ([] if args.models_dir else [default_model(args.catalog)])
+    files = [model_path(m) for m in given] or ([] if args.models_dir or args.models_preset
+                                               else [default_model(args.catalog)])
     aliases = args.alias or []
     if not aliases and any(str(f) != g for f, g in zip(files, given)):  # a model given by name: clients use it
         aliases = [g if str(f) != g else None for f, g in zip(files, given)]
@@ -170,8 +171,15 @@ def _serve(args: argparse.Namespace) -> int:
                               args.port, gcp.port)
         args.port = gcp.port
     bound = sockets(args.host, args.port)  # before the load: a busy port is said now, not after it
+    presets = None
+    if args.models_preset:  # llama-server's INI file of models: read now (a bad one fails here), again at reloads
+        from .preset_specs import loader
+
+        read = loader(args.models_preset, args, base, specs)
+        presets = (read, read())
     loading = None
-    if len(specs) == 1:  # one model: load it now, so a bad file fails here rather than at the first request
+    # one model: load it now, so a bad file fails here rather than at the first request
+    if len(specs) == 1 and presets is None:
         from ..server import preload
 
         # The load (native code, the GIL released) runs while the registry, the routes and the web stack
@@ -186,7 +194,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     registry = ModelRegistry(specs=specs, max_loaded=args.max_loaded, keep_alive=args.keep_alive,
                              sleep_idle=args.sleep_idle, max_queue=args.max_queue, chat=chat,
-                             autoload=args.models_autoload)
+                             autoload=args.models_autoload, presets=presets,
+                             router=len(specs) > 1 or bool(args.models_dir or args.models_preset))
+    for name in presets[1].startup if presets is not None else ():  # load-on-startup
+        registry.preload(name)
     import time
 
     from ..server.access_log import AccessLog
@@ -209,8 +220,8 @@ def _serve(args: argparse.Namespace) -> int:
         for sig, handler in stop_handlers.items():
             signal.signal(sig, handler)
     else:
-        serve_log.log.info("%d models, each loaded when first asked for: %s", len(specs),
-                           ", ".join(s.id for s in specs))
+        serve_log.log.info("%d models, each loaded when first asked for: %s", len(registry.names()),
+                           ", ".join(registry.names()))
     origins = args.cors_origins
     mcp = args.mcp_config is not None or args.mcp_json is not None
     if origins is None and (args.tools or mcp):  # llama-server's default with either

@@ -15,7 +15,13 @@ never closed while a lease on it is held. Around that:
   a load, or for a slot of its model) is refused with a 503 instead of queueing;
 - a model whose engine stopped for good (Engine.failure: a bug it could not go on from) is
   unloaded and loaded again by itself; `down` names it meanwhile (/health answers 503), and
-  its requests wait for the new load.
+  its requests wait for the new load;
+- `router` (llama-server's router mode: several models, a --models-dir or a --models-preset):
+  GET /props without `model` describes the router; a --models-preset file's models (presets.py)
+  are served with the others, one named as a command line model taking its place, and
+  `reload_presets` (GET /models?reload=1) reads the file again: a model gone from it is
+  unloaded and forgotten, a changed one unloaded and served with its new settings, a new one
+  added; `hidden` are the models its dedup-cache-models leaves out of GET /models.
 
 All of this state lives on the event loop's thread; only Llama.load and Llama.close run
 in threads. Apart: what a model is served as and its lifecycle record (served.py), the idle
@@ -53,6 +59,7 @@ from .chat_settings import ChatSettings
 from .keep_alive import IdleTimers, parse_keep_alive
 from .model_specs import ModelSpec, load_failure
 from .preload import load_warmed
+from .presets import PresetError, PresetModels
 from .queue_limit import DEFAULT_MAX_QUEUE, QueueLimit
 from .served import ModelEntry, ModelState, Served, own_pooling
 
@@ -106,7 +113,8 @@ class ModelRegistry:
     def __init__(self, models: list[Served] | None = None, specs: list[ModelSpec] | None = None, *,
                  max_loaded: int | None = None, keep_alive: float | None = None, sleep_idle: float | None = None,
                  max_queue: int = DEFAULT_MAX_QUEUE, loader: Callable[[LlamaParams], Llama] | None = None,
-                 chat: ChatSettings | None = None, autoload: bool = True):
+                 chat: ChatSettings | None = None, autoload: bool = True, router: bool = False,
+                 presets: tuple[Callable[[], PresetModels], PresetModels] | None = None):
         if max_loaded is not None and max_loaded < 1:
             raise InvalidParameterError(f"max_loaded (--max-loaded) must be at least 1, not {max_loaded}",
                                         field="max_loaded")
@@ -120,7 +128,14 @@ class ModelRegistry:
                                                 field="alias")
                 self._names[name] = entry
             self._entries[entry.id] = entry
-        if not self._entries:
+        self.router = router or presets is not None
+        self.hidden: frozenset[str] = frozenset()  # listed by no GET /models (dedup-cache-models)
+        self._read_presets = presets[0] if presets is not None else None
+        self._preset_ids: set[str] = set()
+        self._given: dict[str, ModelSpec] = {}  # command line models a preset of the same id took the place of
+        if presets is not None:
+            self._take_presets(presets[1])
+        if not self._entries and presets is None:
             raise InvalidParameterError("a registry needs at least one model", field="models")
         self.max_loaded = max_loaded
         self._idle = IdleTimers(keep_alive, sleep_idle, self._unload, self._background)
@@ -143,6 +158,14 @@ class ModelRegistry:
     def names(self) -> list[str]:
         """The id of every model, loaded or not, the default one first."""
         return list(self._entries)
+
+    def listed(self) -> list[str]:
+        """The ids GET /models lists: every model's but those a preset's dedup-cache-models hides (still served)."""
+        return [name for name in self._entries if name not in self.hidden]
+
+    def is_preset(self, name: str) -> bool:
+        """Whether the model named `name` is one of the --models-preset file's."""
+        return self._entry(name).id in self._preset_ids
 
     def describe(self, name: str) -> tuple[str, ModelState, int, tuple[str, ...]]:
         """(id, state, created, aliases) of the model named `name` (an id or an alias; 404 if none)."""
@@ -203,6 +226,9 @@ class ModelRegistry:
         """The model `name` names. `lenient` (a request's `model`): llama-server's single-model leniency, where
         with one model served any name gets it, so clients that must send some `model` ("gpt-4o-mini") work
         unchanged; with several, an unknown name stays a 404."""
+        if not self._entries:
+            raise ModelNotServedError("no model is served here (the --models-preset file names none)",
+                                      param="model")
         if name is None or (lenient and len(self._entries) == 1):
             return next(iter(self._entries.values()))
         for candidate in name_forms(name):
@@ -502,6 +528,81 @@ class ModelRegistry:
                                    param="model")
         for alias in (entry.id, *entry.aliases):  # first: no new request finds it
             self._names.pop(alias, None)
+        del self._entries[entry.id]
+        if entry.loading is not None:
+            await asyncio.shield(entry.loading)
+        await self._unload(entry, ModelState.UNLOADED)
+
+    # -- llama-server's --models-preset ----------------------------------------------------------------------
+    def _take_presets(self, found: PresetModels) -> None:
+        """At the start: the preset file's models, each in the place of a command line model of its id."""
+        for spec in found.specs:
+            entry = self._entries.get(spec.id)
+            if entry is not None and entry.spec is not None:
+                self._given[spec.id] = entry.spec
+                self._respec(entry, spec)
+            else:
+                try:
+                    self.add(spec)
+                except ModelExistsError as exc:  # (an API error: at the start, the preset file's)
+                    raise PresetError(f"--models-preset: preset {spec.id!r}: {exc}", field="alias") from None
+            self._preset_ids.add(spec.id)
+        self.hidden = found.hidden
+
+    async def reload_presets(self) -> None:
+        """Read the --models-preset file again (GET /models?reload=1; without one, nothing to read): as
+        llama-server's router, a model gone from it is unloaded and forgotten (a command line model it had taken
+        the place of comes back), a model whose settings changed is unloaded and served with the new ones, a new
+        one is added (not loaded: load-on-startup is for the start only). A file that cannot be served is the
+        request's error (PresetError, naming the file and line), the models left as they were."""
+        if self._read_presets is None:
+            return
+        found = await asyncio.to_thread(self._read_presets)
+        new = {spec.id: spec for spec in found.specs}
+        for ident in sorted(self._preset_ids - set(new)):
+            self._preset_ids.discard(ident)
+            given = self._given.pop(ident, None)
+            if given is not None:
+                await self._replace(self._entries[ident], given)
+            else:
+                await self._forget(self._entries[ident])
+        for ident, spec in new.items():
+            entry = self._entries.get(ident)
+            if entry is None:
+                self.add(spec)
+            elif entry.spec != spec:
+                if ident not in self._preset_ids and entry.spec is not None:
+                    self._given[ident] = entry.spec
+                await self._replace(entry, spec)
+            self._preset_ids.add(ident)
+        self.hidden = found.hidden
+
+    async def _replace(self, entry: ModelEntry, spec: ModelSpec) -> None:
+        """Serve `entry` with `spec` from its next load on (unloaded first, once its requests are done)."""
+        if entry.spec is None:
+            raise ModelPinnedError(f"model {entry.id!r} was given loaded and cannot take a preset's settings",
+                                   param="model")
+        if entry.loading is not None:
+            await asyncio.shield(entry.loading)
+        await self._unload(entry, ModelState.UNLOADED)
+        self._respec(entry, spec)
+
+    def _respec(self, entry: ModelEntry, spec: ModelSpec) -> None:
+        for alias in entry.aliases:
+            if self._names.get(alias) is entry:
+                del self._names[alias]
+        entry.spec, entry.aliases = spec, ()
+        for alias in spec.aliases:  # as llama-server's reload: an alias another model has is left out, said
+            if self._names.get(alias, entry) is not entry:
+                log.warning("preset %s: its alias %r is another model's name: left out", spec.id, alias)
+                continue
+            self._names[alias] = entry
+            entry.aliases = (*entry.aliases, alias)
+
+    async def _forget(self, entry: ModelEntry) -> None:
+        for alias in (entry.id, *entry.aliases):  # first: no new request finds it
+            if self._names.get(alias) is entry:
+                del self._names[alias]
         del self._entries[entry.id]
         if entry.loading is not None:
             await asyncio.shield(entry.loading)

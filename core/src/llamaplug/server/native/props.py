@@ -33,7 +33,7 @@ from ..api_error import ModelNotLoadedError
 from ..deps import models, queried_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, BadRequestError, NotSupportedError, ServerFaultError
-from ..registry import Served
+from ..registry import ModelRegistry, Served
 from .schemas import SlotFile
 
 router = NATIVE.router()
@@ -44,8 +44,11 @@ log = logging.getLogger("llamaplug.server.slots")
 async def props(request: Request, model: str | None = None) -> dict[str, Any]:
     """The model's properties; a sleeping model's (--sleep-idle) as it had them, without waking it (as
     llama-server: /props is one of the routes a sleeping server answers from what it kept). A loaded model's are
-    read without a lease, so that /props never keeps it awake (nor its keep-alive running)."""
+    read without a lease, so that /props never keeps it awake (nor its keep-alive running). Without `model`, a
+    server of several models (llama-server's router mode) describes itself, as llama-server's router."""
     registry = models(request)
+    if model is None and registry.router:
+        return router_props(request.app.state, registry)
     asleep = registry.sleeping(model)
     kept = request.app.state.props_asleep.get(asleep) if asleep is not None else None
     if kept is not None:
@@ -55,6 +58,16 @@ async def props(request: Request, model: str | None = None) -> dict[str, Any]:
     except ModelNotLoadedError:
         async with registry.lease(model) as served:
             return props_of(request.app.state, served)
+
+
+def router_props(state: Any, registry: ModelRegistry) -> dict[str, Any]:
+    """llama-server's router's /props: its role, --models-max (0: no bound, as llama-server's 0), whether it
+    loads a model a request asks for, and the same placeholders for one model's fields (model_alias "llama-server",
+    model_path "none"; its web UI reads them)."""
+    return {"role": "router", "max_instances": registry.max_loaded or 0, "models_autoload": registry.autoload,
+            "model_alias": "llama-server", "model_path": "none",
+            "default_generation_settings": {"params": None, "n_ctx": 0}, "ui_settings": {},
+            "build_info": build_info(), "cors_proxy_enabled": bool(getattr(state, "ui_mcp_proxy", False))}
 
 
 def props_of(state: Any, served: Served) -> dict[str, Any]:
@@ -68,7 +81,7 @@ def props_of(state: Any, served: Served) -> dict[str, Any]:
         "total_slots": llama.engine.n_slots, "model_alias": served.id, "model_path": str(defaults.model_path),
         "modalities": {"vision": llama.projector is not None, "audio": False, "video": False},
         "chat_template": template.source or "", "bos_token": template.bos_token, "eos_token": template.eos_token,
-        "build_info": _build_info(), "endpoint_slots": getattr(state, "endpoint_slots", True),
+        "build_info": build_info(), "endpoint_slots": getattr(state, "endpoint_slots", True),
         "endpoint_props": False, "endpoint_metrics": getattr(state, "endpoint_metrics", True),
         "is_sleeping": False,
     }
@@ -185,7 +198,10 @@ def _erase(served: Served, id_slot: int) -> dict[str, Any]:
     return {"id_slot": id_slot, "n_erased": n}
 
 
-def _build_info() -> str:
-    from ... import __version__
+def build_info() -> str:
+    """llama-server's build string, "b<build number>-<commit>": the native library's, whose build-info.cpp
+    core/CMakeLists.txt writes with build number 0 (the pin is a source tree, not a git checkout with a count of
+    commits; the pin's own llama-server built from it says "b0-unknown") and the pinned commit."""
+    from ..._version import LLAMA_CPP_COMMIT
 
-    return f"llamaplug {__version__}"
+    return f"b0-{LLAMA_CPP_COMMIT}"
