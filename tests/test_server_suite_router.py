@@ -149,18 +149,19 @@ def test_router_props_as_llama_servers_router(native_tools, smollm2_path, tmp_pa
 
 def test_models_preset_reload_as_llama_servers_router(native_tools, smollm2_path, tmp_path):
     """The suite's test_router_reload_models: GET /models?reload=1 reads the preset file again (a model gone is
-    forgotten, a new one listed), with a [*] section, a short key and a comment."""
+    forgotten, a new one listed), with a [*] section, a key by its LLAMA_ARG_* name, a comment, and a section's tag
+    written upper case (the id a cached model of that tag has)."""
     preset = tmp_path / "models.ini"
 
     def write(*names: str) -> None:
-        preset.write_text("version = 1\n[*]\nc = 512 ; every model's\n\n" + "".join(
+        preset.write_text("version = 1\n[*]\nLLAMA_ARG_CTX_SIZE = 512 ; every model's\n\n" + "".join(
             f"[{name}]\nmodel = {smollm2_path}\nalias = {name}-alias\n\n" for name in names))
 
     def script(port: int) -> list:
         write("model-a", "model-b")
         try:
             first = _ids(port)
-            write("model-b", "model-c")
+            write("model-b", "model-c:q8_0")
             return [first, _ids(port, reload=True), _get(port, "/models")[1]["data"][0]["aliases"]]
         finally:
             write("model-a", "model-b")
@@ -171,7 +172,7 @@ def test_models_preset_reload_as_llama_servers_router(native_tools, smollm2_path
         theirs = script(port)
     with llamaplug_server(None, "--models-preset", str(preset), "-c", "512", "-np", "1") as (port, _):
         ours = script(port)
-    assert theirs == [{"model-a", "model-b"}, {"model-b", "model-c"}, ["model-b-alias"]]
+    assert theirs == [{"model-a", "model-b"}, {"model-b", "model-c:Q8_0"}, ["model-b-alias"]]
     assert ours == theirs
 
 
