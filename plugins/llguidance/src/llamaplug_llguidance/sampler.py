@@ -8,9 +8,12 @@ one candidate), which the matcher answers without the mask (up to a millisecond 
 
 llguidance's JSON-schema compiler recurses once per level of the schema, a local `$ref` counting as the levels of
 what it points at, with up to 4.5 KB of stack a level (1.9.1: 1,880 nested arrays, or a chain of 920 `$defs` each
-an object whose property is a `$ref` to the next, overflow an 8 MiB thread stack and kill the process), so a schema
-deeper than MAX_DEPTH is refused here, by name, before llguidance sees it. The schema is given to llguidance as a
-dict, not as JSON text: its text reader (serde_json) stops at 128 levels ("recursion limit exceeded").
+an object whose property is a `$ref` to the next, overflow an 8 MiB thread stack and kill the process). So a
+grammar is compiled on a thread of its own with COMPILE_STACK of stack (reserved, touched only as deep as the
+compiler goes), and a schema deeper than MAX_DEPTH, which that stack holds with room to spare, is refused here by
+name before llguidance sees it; llguidance's own bound (50,000 compiled subschemas: "schema too large") refuses
+deeper ones anyway. The schema is given to llguidance as a dict, not as JSON text: its text reader (serde_json)
+stops at 128 levels ("recursion limit exceeded").
 """
 
 from __future__ import annotations
@@ -29,14 +32,22 @@ import numpy as np
 from llamaplug import InvalidParameterError, SamplingError
 
 _tokenizers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-# Levels of a JSON schema, its local $refs followed (see the module's doc): 256 take at most ~1.2 MB of stack, within
-# the 2 MiB a thread gets where the stack limit is unlimited, and are more than the 200 of the GBNF engine's bound.
-MAX_DEPTH = 256
-# Two of llguidance's own bounds raised, each still a bound: the size of a grammar's initial lexer (1.9.1's
-# default 1,000,000 refuses an enum of 100,001 integers, which compiles in 0.4 s under 4x that: compile time), and
-# the parser's items in one row (its 2,000 stop an object of 600 optional properties at its first key, about 4
-# items a property: 10,000 take some 2,400 properties; the time of a token).
-LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=4_000_000, max_items_in_row=10_000)
+# Levels of a JSON schema, its local $refs followed (see the module's doc): 50,000 (a chain of 49,990 `$ref`s
+# compiles in 0.9 s) take at most ~225 MB of stack, under half of COMPILE_STACK.
+MAX_DEPTH = 50_000
+COMPILE_STACK = 512 * 1024 * 1024
+# A `pattern` longer than this is refused by name: llguidance's lexer builds its first state in time that grows with
+# the square of a pattern's groups (5,000 optional groups, 20,000 characters: 0.25 s; 30,000: 9 s; 100,001: 100 s,
+# then a panic in 1.9.1's regex engine), time a request would hold its slot for.
+MAX_PATTERN = 20_000
+# Three of llguidance's own bounds raised, each still a bound: the size of a grammar's initial lexer (1.9.1's
+# default 1,000,000 refuses an enum of 100,001 integers, which compiles in 0.4 s under 4x that: compile time); the
+# parser's items in one row (its 2,000 stop an object of 600 optional properties at its first key, about 4 items a
+# property); and the lexer's work in one step (its 200,000 stop 3,000 long keys sharing a 210-character prefix at
+# their first letter: "too many expressions constructed"; 2,000,000 take it in 0.4 s, once). The last two bound the
+# time of one token.
+LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=4_000_000, max_items_in_row=20_000,
+                                   step_lexer_fuel=2_000_000)
 # Up to this many candidates are checked one by one (validate_tokens) rather than with the whole mask.
 FEW_CANDIDATES = 8
 _END = object()
@@ -131,6 +142,25 @@ def schema_depth(schema: Any, bound: int = MAX_DEPTH) -> int:
     return done[id(schema)]
 
 
+def long_pattern(schema: Any) -> str | None:
+    """Where in `schema` a `pattern` (or a patternProperties key) is longer than MAX_PATTERN, as a JSON pointer."""
+    todo: list[tuple[Any, str]] = [(schema, "#")]
+    while todo:
+        node, path = todo.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            here = f"{path}/{str(key).replace('~', '~0').replace('/', '~1')}"
+            if key == "pattern" and isinstance(value, str) and len(value) > MAX_PATTERN:
+                return here
+            if key == "patternProperties" and isinstance(value, dict):
+                for regex in value:
+                    if len(regex) > MAX_PATTERN:
+                        return f"{here}/{regex[:40]}..."
+            if isinstance(value, dict | list):
+                todo.append((value, here))
+    return None
+
+
 def grammar_of(json_schema: Any = None, lark: str | None = None,
                grammar: str | None = None) -> tuple[str | dict[str, Any], str]:
     """llguidance's grammar for the one constraint given, and the field it came from."""
@@ -153,6 +183,12 @@ def grammar_of(json_schema: Any = None, lark: str | None = None,
                 f"the json_schema nests deeper than {MAX_DEPTH} levels (dicts and lists, a local $ref counting as "
                 f"what it points at): llamaplug's bound for llguidance, whose compiler recurses once a level",
                 field="json_schema")
+        where = long_pattern(value)
+        if where is not None:
+            raise InvalidParameterError(
+                f"the json_schema's pattern at {where} is longer than {MAX_PATTERN} characters: llamaplug's bound "
+                f"for llguidance, whose lexer takes time growing with the square of a pattern's size",
+                field="json_schema")
         # what LLMatcher.grammar_from_json_schema writes as JSON text, as a dict: no 128-level reader on the way
         return {"grammars": [{"json_schema": value}]}, field
     if not isinstance(value, str):
@@ -165,6 +201,32 @@ def grammar_of(json_schema: Any = None, lark: str | None = None,
         raise InvalidParameterError(f"llguidance cannot read the grammar: {exc}", field=field) from None
 
 
+def compiled(tokenizer: Any, grammar: str | dict[str, Any]) -> Any:
+    """llguidance's matcher of `grammar`, compiled on a thread with COMPILE_STACK of stack (see the module's doc)."""
+    done: dict[str, Any] = {}
+
+    def compile_() -> None:
+        try:
+            done["matcher"] = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=LIMITS)
+        except BaseException as exc:  # re-raised on the caller's thread
+            done["error"] = exc
+
+    with _lock:  # the stack size is the process's setting for the next thread started: ours only
+        before = threading.stack_size(COMPILE_STACK)
+        try:
+            worker = threading.Thread(target=compile_, name="llguidance-compile", daemon=True)
+            worker.start()
+        except RuntimeError as exc:  # the stack could not be reserved (a low ulimit -v)
+            raise SamplingError(f"llguidance's compile thread did not start with {COMPILE_STACK >> 20} MiB of "
+                                f"stack: {exc}") from None
+        finally:
+            threading.stack_size(before)
+    worker.join()
+    if "error" in done:
+        raise done["error"]
+    return done["matcher"]
+
+
 class LLGuidanceSampler:
     """A Python sampler (apply / accept / reset) whose candidates are those llguidance's matcher allows."""
 
@@ -173,7 +235,7 @@ class LLGuidanceSampler:
         self.n_vocab = model.n_vocab
         self.field = field
         self.ends = frozenset(self.tokenizer.eos_tokens)
-        self.matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0, limits=LIMITS)
+        self.matcher = compiled(self.tokenizer, grammar)
         if self.matcher.is_error():
             # llguidance names what it refused: an unsupported keyword, a bad pattern, a Lark error
             raise InvalidParameterError(f"llguidance cannot take this {field}: {self.matcher.get_error()}",
