@@ -3,10 +3,18 @@
 The texts go into one embedding context as separate sequences, packed until a batch holds
 n_batch tokens or n_seq_max sequences, as llama.cpp's llama-embedding packs them; the context
 is kept for the next call, one per pooling type.
+
+A prompt with media (`media_prompt`: text and image/audio parts, through the model's projector, the
+`llamaplug_open_projector` hook's) is evaluated alone, by the projector's own decodes, as llama-server's
+/embeddings evaluates it: its text and media chunks in order into one sequence, each its own decode, the
+pooled vector being what llama.cpp pools of the last decode (the text after the last media: the prompt's
+end, which attends to the media before it; llama-server's send_embedding reads the same batch).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,6 +25,7 @@ from ..blocks.context import LlamaContext
 from ..blocks.model import LlamaModel
 from ..errors import ContextOverflowError, InvalidParameterError
 from ..params import PoolingType
+from ..plugin_api import MediaPrompt
 
 if TYPE_CHECKING:
     from .llama import Llama
@@ -57,6 +66,36 @@ def default_pooling(llama: Llama) -> str | None:
     return None if own not in ("0", "-1") else "mean"  # 0 none, -1 unspecified
 
 
+_PART = re.compile(r"messages\[0\]\.content\[(\d+)\]")
+
+
+def media_prompt(llama: Llama, parts: Sequence[dict[str, Any]], where: Sequence[str]) -> MediaPrompt:
+    """The prompt of `parts` (OpenAI's content parts: text, image_url, input_audio) for `embed`, made by the model's
+    projector as the chat path makes a message's (its `chat_prompt`), the texts as they are (no template) and each
+    media part where it stands. `where[j]` names part j in errors (a request's field: "input[0].content[1]"); a
+    media part's failure is the projector's LlamaError (MediaDecodeError, ...) naming it.
+
+    Text parts are taken as they are, each beside the next: two in a row would be joined with a newline by the
+    projector's message step, so give one text between media (llama-server's embeddings join them with nothing)."""
+    projector = llama.projector
+    if projector is None:
+        kinds = sorted({p.get("type") for p in parts if isinstance(p, dict) and p.get("type") != "text"})
+        first = next((w for p, w in zip(parts, where) if isinstance(p, dict) and p.get("type") != "text"), "input")
+        raise InvalidParameterError(f"{first}: {', '.join(map(str, kinds)) or 'media'} needs a multimodal projector "
+                                    f"(LlamaParams.mmproj_path, serve --mmproj), which {llama.model.path.name} was "
+                                    "loaded without", field=first)
+    messages = [{"role": "user", "content": list(parts)}]
+    try:
+        prompt, _ = projector.chat_prompt(messages, lambda flat: (flat[0]["content"], None))
+    except InvalidParameterError as exc:  # it names messages[0].content[j]: the caller's name for part j instead
+        found = _PART.search(str(exc))
+        if found is not None and int(found.group(1)) < len(where):
+            exc.args = (_PART.sub(lambda m: where[int(m.group(1))], str(exc), count=1), *exc.args[1:])
+            exc.field = where[int(found.group(1))]
+        raise
+    return prompt
+
+
 def embed(llama: Llama, texts: Any, normalize: bool = True, pooling: Any = None,
           truncate: bool = False) -> np.ndarray | list[np.ndarray]:
     if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not texts:
@@ -67,18 +106,30 @@ def embed(llama: Llama, texts: Any, normalize: bool = True, pooling: Any = None,
     kind = ctx.pooling_type
     if kind == PoolingType.RANK:
         raise InvalidParameterError("this model pools by rank (a reranker): use rerank, not embed", field="pooling")
-    tokenized = []
+    tokenized: list[list[int]] = []
+    media: dict[int, MediaPrompt] = {}  # texts[i] with media, evaluated alone
     for i, text in enumerate(texts):
         checkpoint()  # a request whose client left stops here (a server's worker thread), as between decodes
+        if isinstance(text, MediaPrompt):
+            if kind == PoolingType.NONE:
+                raise InvalidParameterError(f"texts[{i}] has media, and pooling none (a row per token) is not given "
+                                            "for a prompt with media: pool it (mean, cls or last)", field="pooling")
+            if text.n_pos > ctx.n_ctx:
+                raise ContextOverflowError(f"texts[{i}] takes {text.n_pos} positions, more than the {ctx.n_ctx} the "
+                                           "embedding context holds; use a smaller image or a shorter text")
+            media[i] = text
+            continue
         if isinstance(text, str):
             tokens = llama.model.tokenize(text, True, False)
         elif isinstance(text, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in text):
             tokens = [int(t) for t in llama.model.check_tokens(text)]  # token ids, as given (llama-server's input)
         else:
-            raise InvalidParameterError(f"texts[{i}] must be a string or a list of token ids, got "
-                                        f"{type(text).__name__}", field=f"texts[{i}]")
+            raise InvalidParameterError(f"texts[{i}] must be a string, a list of token ids or a media prompt "
+                                        f"(media_prompt), got {type(text).__name__}", field=f"texts[{i}]")
         tokenized.append(_fit(tokens, ctx.n_batch, f"texts[{i}]", truncate))
-    out = _run(llama, ctx, tokenized, kind, llama.model.n_embd_out)
+    pooled = iter(_run(llama, ctx, tokenized, kind, llama.model.n_embd_out) if tokenized else [])
+    out = [_run_media(ctx, media[i], llama.model.n_embd_out) if i in media else next(pooled)
+           for i in range(len(texts))]
     if normalize:
         out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
     return out if kind == PoolingType.NONE else np.stack(out).astype(np.float32)
@@ -163,6 +214,15 @@ def _run(llama: Llama, ctx: LlamaContext, tokenized: list[list[int]], kind: Pool
         group.append(index)
     flush()
     return [p for p in pooled if p is not None]
+
+
+def _run_media(ctx: LlamaContext, prompt: MediaPrompt, n_out: int) -> np.ndarray:
+    """The pooled vector of a prompt with media: evaluated alone into sequence 0 (its chunks, each its own decode),
+    then llama.cpp's pooling of the last decode's tokens (the text after the last media)."""
+    checkpoint()
+    ctx.clear_cache()
+    prompt.eval(ctx, 0, 0, ctx.n_batch, True)
+    return ctx.get_embeddings_seq(0)[:n_out].copy()
 
 
 def _encoder_only(model: LlamaModel) -> bool:

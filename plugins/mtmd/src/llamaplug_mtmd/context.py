@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,12 +73,18 @@ def is_audio_bytes(data: bytes) -> bool:
 
 
 class MtmdContext(NativeHandle):
-    """A projector (mmproj GGUF) paired with a loaded text model."""
+    """A projector (mmproj GGUF) paired with a loaded text model.
+
+    Its native calls that use the projector's state (tokenize, encode, eval) take `lock` one at a time: a server
+    evaluates a chat's media on its engine thread and an embedding request's on a worker thread, with the same
+    projector, whose encoder keeps its output in the context.
+    """
 
     _what = "multimodal context"
 
     def __init__(self, mmproj_path: str | os.PathLike[str], model: LlamaModel, params: MtmdParams | None = None):
         self.params = params = params or MtmdParams()
+        self.lock = threading.RLock()
         path = Path(mmproj_path)
         if not path.is_file():
             raise ModelNotFoundError(f"mmproj file not found: {path}")
@@ -156,7 +163,7 @@ class MtmdContext(NativeHandle):
         c_bitmaps = ffi.new("mtmd_bitmap *[]", [b.raw_handle() for b in bitmaps] or 1)
         out = lib.mtmd_input_chunks_init()
         chunks = MtmdInputChunks(out, self)
-        with capture_errors() as errors:
+        with self.lock, capture_errors() as errors:
             rc = lib.mtmd_tokenize(self._ptr, out, c_text, c_bitmaps, len(bitmaps))
         if rc == 1:
             raise native_error(MediaCountError, "the media markers and bitmaps do not pair up", errors,
@@ -169,15 +176,16 @@ class MtmdContext(NativeHandle):
         """The projector's embeddings of one media chunk, shape (n_tokens, n_embd): a copy."""
         if chunk.type == ChunkType.TEXT:
             raise InvalidParameterError("a text chunk has no media to encode", field="chunk")
-        with capture_errors() as errors:
-            rc = lib.mtmd_encode_chunk(self._ptr, chunk._ptr)
-        if rc != 0:
-            raise native_error(DecodeError, f"the projector failed to encode the {chunk.type.name.lower()} chunk",
-                               errors, code=int(rc))
-        n_embd = self.model.n_embd
-        out = lib.mtmd_get_output_embd(self._ptr)
-        return np.frombuffer(ffi.buffer(out, chunk.n_tokens * n_embd * 4), dtype=np.float32).reshape(
-            chunk.n_tokens, n_embd).copy()
+        with self.lock:
+            with capture_errors() as errors:
+                rc = lib.mtmd_encode_chunk(self._ptr, chunk._ptr)
+            if rc != 0:
+                raise native_error(DecodeError, f"the projector failed to encode the {chunk.type.name.lower()} chunk",
+                                   errors, code=int(rc))
+            n_embd = self.model.n_embd
+            out = lib.mtmd_get_output_embd(self._ptr)
+            return np.frombuffer(ffi.buffer(out, chunk.n_tokens * n_embd * 4), dtype=np.float32).reshape(
+                chunk.n_tokens, n_embd).copy()
 
     def __repr__(self) -> str:
         if self.closed:
@@ -455,7 +463,7 @@ class MtmdInputChunks(NativeHandle):
                     f"in one micro-batch: raise n_batch and n_ubatch to at least {c.n_tokens} "
                     f"(now {n_batch} and {llama_context.n_ubatch})")
         new_n_past = ffi.new("llama_pos *")
-        with capture_errors() as errors:
+        with self.ctx.lock, capture_errors() as errors:
             rc = lib.mtmd_helper_eval_chunks(mctx, lctx, self._ptr, n_past, seq_id, n_batch, logits_last, new_n_past)
         if rc != 0:
             raise native_error(DecodeError, f"evaluating the chunks failed (code {rc}) at n_past={n_past}", errors,

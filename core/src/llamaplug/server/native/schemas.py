@@ -163,7 +163,8 @@ class SlotFile(BaseModel):
 
 
 class NativeEmbeddingRequest(_Native):
-    """POST /embeddings (llama-server's own, not OpenAI's): `content` (or `input`), text or a list of texts."""
+    """POST /embeddings (llama-server's own, not OpenAI's): `content` (or `input`), in /v1/embeddings' shapes
+    (server/openai/embedding_inputs.py: texts, token ids, prompt objects, content parts, media)."""
 
-    content: str | list[str] | None = None
-    input: str | list[str] | None = None
+    content: str | list[Any] | dict[str, Any] | None = None
+    input: str | list[Any] | dict[str, Any] | None = None
