@@ -279,10 +279,17 @@ def llama_cpp_reading(schema: Any) -> Any:
 
 
 def validate(schema: dict[str, Any], value: Any) -> str | None:
+    """jsonschema's first error for `value`, or None. Its validator recurses a few Python frames a level (and a
+    `$ref`): a chain of 5,000 `$ref`s needs more than Python's default 1,000."""
     import jsonschema
 
     cls = jsonschema.validators.validator_for(schema)
-    error = jsonschema.exceptions.best_match(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(value))
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 50_000))
+    try:
+        error = jsonschema.exceptions.best_match(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(value))
+    finally:
+        sys.setrecursionlimit(limit)
     return None if error is None else error.message[:160]
 
 
@@ -298,6 +305,69 @@ def given(item: dict[str, Any], engine: str, defaults: str, lenient: bool = Fals
     if lenient and isinstance(schema, dict):
         schema = {**schema, "x-guidance": {**schema.get("x-guidance", {}), "lenient": True}}
     return schema
+
+
+# JSON Schema's assertions (draft 2020-12 and earlier): the keywords a converter either enforces or drops
+ASSERTIONS = ("uniqueItems", "not", "if", "then", "else", "propertyNames", "dependentSchemas", "dependentRequired",
+              "dependencies", "minProperties", "maxProperties", "contains", "minContains", "maxContains",
+              "multipleOf", "patternProperties", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+              "format", "pattern", "unevaluatedProperties", "unevaluatedItems", "additionalItems", "minLength",
+              "maxLength", "minItems", "maxItems")
+# values of those that assert nothing: dropping them loosens nothing
+_NO_OPS = {"minItems": 0, "minLength": 0, "minProperties": 0, "minContains": 0, "uniqueItems": False}
+
+
+def _without(node: Any, keyword: str, found: list[str]) -> Any:
+    """`node` with `keyword` removed wherever it is a keyword of a subschema (not a property's name), not where its
+    value asserts nothing; `found` gets one entry per removal."""
+    if isinstance(node, list):
+        return [_without(v, keyword, found) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == keyword and _NO_OPS.get(key, object()) != value:
+            found.append(key)
+        elif key in _ONE:
+            out[key] = _without(value, keyword, found)
+        elif key in _LIST and isinstance(value, list):
+            out[key] = [_without(v, keyword, found) for v in value]
+        elif key in _MAP and isinstance(value, dict):
+            out[key] = {k: _without(v, keyword, found) for k, v in value.items()}
+        else:
+            out[key] = value
+    return out
+
+
+def gbnf_loosened(schema: Any) -> list[str]:
+    """What llama.cpp's converter leaves out of `schema`'s grammar: each assertion whose removal (everywhere)
+    leaves the converted grammar the same, and each pattern it reads as any string (its warning). Empty: every
+    assertion the schema makes changes the grammar (a lower bound on what is dropped: a keyword enforced in one
+    place and dropped in another counts as enforced)."""
+    import logging
+
+    from llamaplug.blocks.json_schema import schema_to_gbnf
+
+    warned: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            warned.append(record.getMessage())
+
+    log = logging.getLogger("llamaplug.json_schema")
+    catch = Catch()
+    log.addHandler(catch)
+    try:
+        grammar = schema_to_gbnf(schema)
+        dropped = [f"pattern read as any string: {w.split('pattern ', 1)[-1][:60]}" for w in warned]
+        for keyword in ASSERTIONS:
+            found: list[str] = []
+            stripped = _without(schema, keyword, found)
+            if found and keyword != "pattern" and schema_to_gbnf(stripped) == grammar:
+                dropped.append(keyword)
+    finally:
+        log.removeHandler(catch)
+    return dropped
 
 
 def compile_one(llama: Any, item: dict[str, Any], engine: str, defaults: str = "llama.cpp",
@@ -316,6 +386,13 @@ def compile_one(llama: Any, item: dict[str, Any], engine: str, defaults: str = "
     row.update(compiled=True, compile_ms=(time.perf_counter() - t0) * 1e3)
     if isinstance(built, lp.LlamaSampler):
         built.close()
+    # enforced: compiled with every assertion in force. llguidance strict refuses by name what it cannot enforce
+    # (lenient ignores it: unknown); llama.cpp's converter drops some silently (gbnf_loosened says which)
+    if engine == "gbnf":
+        row["loosened"] = gbnf_loosened(item["schema"])
+        row["enforced"] = not row["loosened"]
+    else:
+        row["enforced"] = None if lenient else True
     return row
 
 
@@ -404,6 +481,8 @@ def summary(rows: list[dict[str, Any]], timing: dict[str, dict[str, float]] | No
             table.append({
                 "source": source, "engine": engine, "schemas": len(mine),
                 "compiled": sum(r["compiled"] for r in mine),
+                "enforced": None if any(r.get("enforced") is None and r["compiled"] for r in mine)
+                else sum(bool(r.get("enforced")) for r in mine),
                 "sampled_schemas": sum(bool(r.get("samples")) for r in mine),
                 "samples": len(samples), "errors": sum("error" in s for s in samples),
                 "finished": len(finished), "valid": sum(not s.get("invalid") for s in finished),
@@ -416,11 +495,14 @@ def summary(rows: list[dict[str, Any]], timing: dict[str, dict[str, float]] | No
 
 
 def markdown(table: list[dict[str, Any]]) -> str:
-    lines = ["| source | engine | schemas | compiled | compile ms (median) | sampled schemas | valid / finished "
-             "samples (of all) | errors | ms per token (batched) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| source | engine | schemas | compiled | every assertion enforced | compile ms (median) | sampled "
+             "schemas | valid / finished samples (of all) | errors | ms per token (batched) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for t in table:
         per = t.get("ms_per_token_batched")
-        lines.append(f"| {t['source']} | {t['engine']} | {t['schemas']} | {t['compiled']} | {t['compile_ms_median']} | "
+        enforced = "?" if t.get("enforced") is None else t["enforced"]
+        lines.append(f"| {t['source']} | {t['engine']} | {t['schemas']} | {t['compiled']} | {enforced} | "
+                     f"{t['compile_ms_median']} | "
                      f"{t.get('sampled_schemas', '')} | {t['valid']}/{t['finished']} (of {t['samples']}) | "
                      f"{t['errors']} | {'' if per is None else per} |")
     return "\n".join(lines)
