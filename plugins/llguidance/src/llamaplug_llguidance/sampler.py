@@ -9,8 +9,8 @@ one candidate), which the matcher answers without the mask (up to a millisecond 
 llguidance's JSON-schema compiler recurses once per level of the schema, a local `$ref` counting as the levels of
 what it points at, with up to 4.5 KB of stack a level (1.9.1: 1,880 nested arrays, or a chain of 920 `$defs` each
 an object whose property is a `$ref` to the next, overflow an 8 MiB thread stack and kill the process). So a
-grammar is compiled on a thread of its own with COMPILE_STACK of stack (reserved, touched only as deep as the
-compiler goes), and a schema deeper than MAX_DEPTH, which that stack holds with room to spare, is refused here by
+grammar (grammar text, or a schema of more than INLINE_DEPTH levels) is compiled on a thread of its own with
+COMPILE_STACK of stack (reserved, touched only as deep as the compiler goes), and a schema deeper than MAX_DEPTH, which that stack holds with room to spare, is refused here by
 name before llguidance sees it; llguidance's own bound (50,000 compiled subschemas: "schema too large") refuses
 deeper ones anyway. The schema is given to llguidance as a dict, not as JSON text: its text reader (serde_json)
 stops at 128 levels ("recursion limit exceeded").
@@ -36,6 +36,9 @@ _tokenizers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 # compiles in 0.9 s) take at most ~225 MB of stack, under half of COMPILE_STACK.
 MAX_DEPTH = 50_000
 COMPILE_STACK = 512 * 1024 * 1024
+# Up to this many levels a schema compiles on the caller's thread (~1.2 MB of stack, within the 2 MiB a thread gets
+# where the stack limit is unlimited): a thread started per compile costs about a millisecond.
+INLINE_DEPTH = 256
 # A `pattern` longer than this is refused by name: llguidance's lexer builds its first state in time that grows with
 # the square of a pattern's groups (5,000 optional groups, 20,000 characters: 0.25 s; 30,000: 9 s; 100,001: 100 s,
 # then a panic in 1.9.1's regex engine), time a request would hold its slot for.
@@ -162,8 +165,9 @@ def long_pattern(schema: Any) -> str | None:
 
 
 def grammar_of(json_schema: Any = None, lark: str | None = None,
-               grammar: str | None = None) -> tuple[str | dict[str, Any], str]:
-    """llguidance's grammar for the one constraint given, and the field it came from."""
+               grammar: str | None = None) -> tuple[str | dict[str, Any], str, bool]:
+    """llguidance's grammar for the one constraint given, the field it came from, and whether it may compile on the
+    caller's thread (a schema of at most INLINE_DEPTH levels; grammar text is read by recursive parsers too)."""
     given = [(k, v) for k, v in (("json_schema", json_schema), ("lark", lark), ("grammar", grammar)) if v is not None]
     if len(given) != 1:
         raise InvalidParameterError("the llguidance sampler takes exactly one of json_schema, lark or grammar",
@@ -190,19 +194,22 @@ def grammar_of(json_schema: Any = None, lark: str | None = None,
                 f"for llguidance, whose lexer takes time growing with the square of a pattern's size",
                 field="json_schema")
         # what LLMatcher.grammar_from_json_schema writes as JSON text, as a dict: no 128-level reader on the way
-        return {"grammars": [{"json_schema": value}]}, field
+        return {"grammars": [{"json_schema": value}]}, field, depth <= INLINE_DEPTH
     if not isinstance(value, str):
         raise InvalidParameterError(f"{field} must be text", field=field)
     if field == "lark" or value.lstrip().startswith("%llguidance"):
-        return llguidance.LLMatcher.grammar_from_lark(value), field
+        return llguidance.LLMatcher.grammar_from_lark(value), field, False
     try:
-        return llguidance.grammar_from("gbnf", value), field
+        return llguidance.grammar_from("gbnf", value), field, False
     except ValueError as exc:
         raise InvalidParameterError(f"llguidance cannot read the grammar: {exc}", field=field) from None
 
 
-def compiled(tokenizer: Any, grammar: str | dict[str, Any]) -> Any:
-    """llguidance's matcher of `grammar`, compiled on a thread with COMPILE_STACK of stack (see the module's doc)."""
+def compiled(tokenizer: Any, grammar: str | dict[str, Any], inline: bool = False) -> Any:
+    """llguidance's matcher of `grammar`, compiled on a thread with COMPILE_STACK of stack (see the module's doc), or
+    on this one where `inline`."""
+    if inline:
+        return llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=LIMITS)
     done: dict[str, Any] = {}
 
     def compile_() -> None:
@@ -230,12 +237,12 @@ def compiled(tokenizer: Any, grammar: str | dict[str, Any]) -> Any:
 class LLGuidanceSampler:
     """A Python sampler (apply / accept / reset) whose candidates are those llguidance's matcher allows."""
 
-    def __init__(self, model: Any, grammar: str | dict[str, Any], field: str):
+    def __init__(self, model: Any, grammar: str | dict[str, Any], field: str, inline: bool = False):
         self.tokenizer = tokenizer_for(model)
         self.n_vocab = model.n_vocab
         self.field = field
         self.ends = frozenset(self.tokenizer.eos_tokens)
-        self.matcher = compiled(self.tokenizer, grammar)
+        self.matcher = compiled(self.tokenizer, grammar, inline)
         if self.matcher.is_error():
             # llguidance names what it refused: an unsupported keyword, a bad pattern, a Lark error
             raise InvalidParameterError(f"llguidance cannot take this {field}: {self.matcher.get_error()}",
@@ -287,5 +294,5 @@ def make_sampler(model: Any, json_schema: Any = None, lark: str | None = None,
     if model is None or not hasattr(model, "token_to_piece"):
         raise InvalidParameterError("the llguidance sampler needs model= (the LlamaModel it samples for: "
                                     "llama.model)", field="model")
-    text, field = grammar_of(json_schema, lark, grammar)
-    return LLGuidanceSampler(model, text, field)
+    text, field, inline = grammar_of(json_schema, lark, grammar)
+    return LLGuidanceSampler(model, text, field, inline)
