@@ -451,6 +451,16 @@ class LlamaParams(ModelParams, ContextParams):
                                         'are dropped (--spec-ngram-mod-n-min; None: 48, or "auto"\'s choice)')
     ngram_mod_n_max: int | None = Field(None, ge=1, le=1024, description='"ngram-mod" and "auto": the most tokens '
                                         'drafted per step (--spec-ngram-mod-n-max; None: 64, or "auto"\'s choice)')
+    # Benchmarking only (llama-server's --spec-synth-*): the output is not the model's (high/speculative.py).
+    draft_synth_rates: list[float] | None = Field(
+        None, description="benchmarking only: each draft position's guess is accepted at random at this "
+                          "unconditional rate, whatever the model samples (one rate per drafted token, "
+                          "non-increasing, in [0, 1]); the output is not valid text (llama-server's "
+                          "--spec-synth-rates)")
+    draft_synth_len: float | None = Field(
+        None, description="benchmarking only: as draft_synth_rates, the rates p, p^2, ... that give this mean "
+                          "accepted length, the model's token included, in [1, most drafted + 1] "
+                          "(llama-server's --spec-synth-len)")
 
     @model_validator(mode="after")
     def _one_drafter(self) -> LlamaParams:

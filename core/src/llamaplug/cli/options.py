@@ -77,7 +77,26 @@ def draft_params(args: argparse.Namespace) -> dict[str, object]:
     if not args.draft_model:  # the n-gram drafters' own settings
         given.update(ngram_size=args.ngram_size, ngram_mod_n_match=args.ngram_mod_n_match,
                      ngram_mod_n_min=args.ngram_mod_n_min, ngram_mod_n_max=args.ngram_mod_n_max)
+    rates, length = getattr(args, "draft_synth_rates", None), getattr(args, "draft_synth_len", None)
+    if rates is not None or length is not None:
+        given.update(draft_synth_rates=rates, draft_synth_len=length)
+        _check_synth(given)
     return given
+
+
+def _check_synth(given: dict[str, object]) -> None:
+    """--spec-synth-rates / --spec-synth-len checked against the drafter's most tokens per step (as llama-server
+    does when its drafter starts), before any model loads: an error naming the flag."""
+    from ..errors import InvalidParameterError
+    from ..high.speculative import synth_rates
+    from ..params import LlamaParams
+
+    drafted = LlamaParams.model_construct(**given).drafted_max()
+    try:
+        synth_rates(given["draft_synth_rates"], given["draft_synth_len"], drafted)  # type: ignore[arg-type]
+    except InvalidParameterError as exc:
+        flag = "--spec-synth-rates" if exc.field == "draft_synth_rates" else "--spec-synth-len"
+        raise InvalidParameterError(f"{flag}: {exc}", field=exc.field) from None
 
 
 def spec_type(value: str) -> str:

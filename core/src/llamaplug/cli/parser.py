@@ -108,6 +108,33 @@ def _add_draft_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec-ngram-mod-n-max", dest="ngram_mod_n_max", type=int, default=None, metavar="N",
                         help="auto, ngram-mod: the most tokens drafted per step (default 64; auto: 32 or 64, as "
                              "n-match)")
+    # llama-server's benchmarking mode: checked against the drafter's most tokens per step by draft_params.
+    parser.add_argument("--spec-synth-rates", dest="draft_synth_rates", type=_synth_rates, default=None,
+                        metavar="P0,P1,...",
+                        help="benchmarking only: accept each draft position's guess at random at these "
+                             "unconditional rates (one per drafted token, non-increasing, in [0, 1]), whatever the "
+                             "model samples; the output is not valid")
+    parser.add_argument("--spec-synth-len", dest="draft_synth_len", type=_synth_len, default=None, metavar="L",
+                        help="benchmarking only: as --spec-synth-rates, the rates that give this mean accepted "
+                             "length (the model's token included)")
+
+
+def _synth_rates(text: str) -> list[float]:
+    """--spec-synth-rates' numbers, as llama-server reads them (each stripped, wholly a number)."""
+    try:
+        return [float(part.strip()) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError("invalid value") from None
+
+
+def _synth_len(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError("invalid value") from None
+    if value == -1.0:  # llama-server's "not given"
+        raise argparse.ArgumentTypeError("invalid value")
+    return value
 
 
 def _spec_type(text: str) -> str:

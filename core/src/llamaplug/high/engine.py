@@ -50,7 +50,7 @@ from .output import Emitter
 from .runner import Runner
 from .scheduler import FIFO, AdmissionPolicy, Budget, StepPlan, schedule
 from .slot import Slot
-from .speculative import Drafter
+from .speculative import Drafter, SynthAcceptance
 from .stats import EngineStats as EngineStats  # its home was here
 
 log = logging.getLogger("llamaplug.engine")
@@ -60,13 +60,20 @@ class Engine:
     """Runs the jobs given to `submit` on `context`, n_seq_max of them at a time.
 
     `cache_bytes` of host memory keep the KV of sequences that left their slot (prefix_store.py). A reused
-    prefix is cut to a multiple of `align` (LlamaParams.cache_exact: n_ubatch).
+    prefix is cut to a multiple of `align` (LlamaParams.cache_exact: n_ubatch). `synth_rates` (benchmarking only:
+    speculative.synth_rates resolves them): the drafter's guesses are accepted at random at these rates per
+    position instead of by the target's samples (speculative.SynthAcceptance), as llama-server's --spec-synth-*.
     """
 
     def __init__(self, context: LlamaContext, cache_bytes: int = 0, drafter: Drafter | None = None,
-                 policy: AdmissionPolicy = FIFO, disk: DiskStore | None = None, align: int = 1):
+                 policy: AdmissionPolicy = FIFO, disk: DiskStore | None = None, align: int = 1,
+                 synth_rates: list[float] | None = None):
         self._ctx = context
         self._drafter = drafter
+        if synth_rates and drafter is None:
+            raise InvalidParameterError("synthetic acceptance requires an initialized speculative decoding context "
+                                        "(a drafter)", field="draft_synth_rates")
+        synth = SynthAcceptance(synth_rates, context.model.token_is_eog) if synth_rates else None
         # A sliding-window cache forgets cells behind the window: a prefix is reusable only while the
         # window before its end is still there (llama-server's check).
         n_swa = 0 if context.params.swa_full else context.model.n_swa
@@ -88,7 +95,7 @@ class Engine:
         self.stats = EngineStats()
         self._store = prompt_cache(cache_bytes, disk, self.stats)  # a disk tier under it: disk_store.py
         self._emitter = Emitter(self.stats, self._count_busy)
-        self._runner = Runner(context, self._emitter, self.stats, drafter, self._own, self._make_room)
+        self._runner = Runner(context, self._emitter, self.stats, drafter, self._own, self._make_room, synth)
 
     @property
     def n_slots(self) -> int:

@@ -34,7 +34,7 @@ from .jobs import Samplers, collect, collect_many, completion_job, completion_jo
 from .jobs import response_grammar as response_grammar  # its home was here
 from .ngram_mod import NgramModDrafter
 from .sampling_options import SamplingOptions, call_sampler, calls_samplers
-from .speculative import Drafter, ModelDrafter, NgramDrafter, check_vocab
+from .speculative import Drafter, ModelDrafter, NgramDrafter, check_vocab, synth_rates
 from .structured import ResponseFormat, with_parsed
 from .tool_schema import ToolSpec
 
@@ -55,7 +55,8 @@ class Llama:
         self._context = context
         self._engine = Engine(context, params.cache_ram_mib << 20, drafter,
                               disk=open_disk_store(params.cache_dir, params.cache_disk_mib, context),
-                              align=context.n_ubatch if params.cache_exact else 1)
+                              align=context.n_ubatch if params.cache_exact else 1,
+                              synth_rates=_synth_rates(params, drafter))
         self._embed_lock = threading.Lock()  # the embedding contexts are not the engine's
         self._projector: Projector | None = None  # a plugin's, when LlamaParams.mmproj_path is set (llamaplug-mtmd)
 
@@ -93,6 +94,12 @@ class Llama:
                 context.set_lora(LoraAdapter.load(model, path), scale)
             projector = _open_projector(params, model)
             drafter = _open_drafter(params, model, context)
+            try:
+                _synth_rates(params, drafter)  # a bad setting is said before the Llama is made
+            except BaseException:
+                if drafter is not None:
+                    drafter.close()
+                raise
         except BaseException:
             model.close()
             raise
@@ -406,6 +413,12 @@ def _open_drafter(params: LlamaParams, model: LlamaModel, context: LlamaContext)
         draft.close()
         raise
     return ModelDrafter(draft_context, params.draft_max, params.draft_min, params.draft_p_min)
+
+
+def _synth_rates(params: LlamaParams, drafter: Drafter | None) -> list[float] | None:
+    """The per-position rates of synthetic draft acceptance that params ask for (benchmarking only), checked
+    against the drafter's most guesses per step as llama-server's (None: none)."""
+    return synth_rates(params.draft_synth_rates, params.draft_synth_len, drafter.draft_max if drafter else 0) or None
 
 
 def _stderr_is_tty() -> bool:

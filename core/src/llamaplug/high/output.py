@@ -34,11 +34,12 @@ class Emitter:
         self._stats = stats
         self._released = released
 
-    def output(self, slot: Slot, idx: int) -> int | None:
-        """Let the slot sample from logits row `idx` and hand what it gave to its job; the token (None if none)."""
+    def output(self, slot: Slot, idx: int, forced: int | None = None) -> int | None:
+        """Let the slot sample from logits row `idx` and hand what it gave to its job (`forced` in place of the
+        sampled token: Slot.advance); the token (None if none)."""
         job = slot.job
         assert job is not None
-        out = slot.advance(idx)
+        out = slot.advance(idx, forced)
         if out.error is not None:
             self.release(slot)
             self.end(job, out.error)

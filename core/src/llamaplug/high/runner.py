@@ -34,7 +34,7 @@ from .completion import StopReason
 from .output import Emitter
 from .scheduler import StepPlan
 from .slot import Slot
-from .speculative import Drafter, ask, verify
+from .speculative import Drafter, SynthAcceptance, ask, verify
 from .stats import EngineStats
 
 _ABORTED = 2  # llama_decode's code when the abort callback stopped it
@@ -45,8 +45,9 @@ class Runner:
 
     def __init__(self, context: LlamaContext, emitter: Emitter, stats: EngineStats, drafter: Drafter | None,
                  own: Callable[[], contextlib.AbstractContextManager[None]],
-                 make_room: Callable[[], bool] = lambda: False):
+                 make_room: Callable[[], bool] = lambda: False, synth: SynthAcceptance | None = None):
         self._ctx = context
+        self._synth = synth  # guesses accepted at random (benchmarking only): speculative.SynthAcceptance
         self._make_room = make_room  # an idle slot's cells given back (kv_unified); whether there was one
         self._emitter = emitter
         self._stats = stats
@@ -179,7 +180,7 @@ class Runner:
         self._emitter.output(slot, -1)
 
     def _verify(self, slot: Slot, first: int) -> None:
-        verify(slot, first, self._emitter.output, self._stats)
+        verify(slot, first, self._emitter.output, self._stats, self._synth)
         with self._own():
             self._ctx.kv_cache_seq_rm(slot.seq, len(slot.tokens), -1)
 

@@ -168,14 +168,18 @@ class Slot:
         assert job is not None
         return job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
 
-    def advance(self, idx: int) -> Output:
-        """Sample the next token from logits row `idx` and apply the stop rules to it."""
+    def advance(self, idx: int, forced: int | None = None) -> Output:
+        """Sample the next token from logits row `idx` and apply the stop rules to it; `forced`: the token taken
+        instead of the sampled one (synthetic draft acceptance, speculative.SynthAcceptance), the row still
+        sampled so that the samplers' state and draws go on as llama-server's."""
         job = self.job
         assert job is not None
         if job.produced >= self.limit():  # max_tokens=0: the prompt is read, nothing generated
             return Output(reason=StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL)
         try:
             token = job.sampler.sample(self._ctx, idx)
+            if forced is not None:
+                token = forced
             lp = [self._logprobs.read(token, job.n_logprobs, idx)] if job.n_logprobs is not None else None
         except Exception as exc:  # noqa: BLE001 - a job's own sampler (a plugin's Python code too) fails that job only
             return Output(error=exc)

@@ -18,12 +18,20 @@ Three drafters, as the pinned llama.cpp's (`ngram_mod.py` holds the third):
 - `NgramModDrafter` ("ngram-mod", and "auto": the one `serve`, `run` and `chat` use by default):
   a table of the n-grams seen (every sequence's prompt and reply) maps each to the token that
   followed it; a draft follows the table from the last n tokens. "auto" adapts it per request.
+
+`SynthAcceptance` is llama-server's benchmarking mode (--spec-synth-rates, --spec-synth-len): a
+guess is accepted at random, with a set rate per position, whatever the target samples there, so
+a drafter's cost can be measured at any acceptance rate. Its output is not the target's and is
+not valid text.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import secrets
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -33,10 +41,11 @@ import numpy as np
 from ..blocks.batch import LlamaBatch
 from ..blocks.context import LlamaContext
 from ..blocks.model import LlamaModel
-from ..errors import DraftVocabMismatchError, LlamaError
+from ..errors import DraftVocabMismatchError, InvalidParameterError, LlamaError
 from .prefix_store import common_prefix
 
 if TYPE_CHECKING:
+    from .job import Job
     from .slot import Slot
     from .stats import EngineStats
 
@@ -85,10 +94,14 @@ def ask(drafter: Drafter, wanted: Sequence[tuple[Slot, int]]) -> None:
         slot.draft = list(guess[:n_max])
 
 
-def verify(slot: Slot, first: int, output: Callable[[Slot, int], int | None], stats: EngineStats) -> None:
+def verify(slot: Slot, first: int, output: Callable[[Slot, int, int | None], int | None], stats: EngineStats,
+           synth: SynthAcceptance | None = None) -> None:
     """Sample the rows of the slot's next token and its guesses (from logits row `first` on) while the samples
-    equal the guesses; `output(slot, row)` samples one row and hands its token on. The caller cuts the cache
-    after `slot.tokens`, where the guesses not kept lie."""
+    equal the guesses; `output(slot, row, forced)` samples one row and hands its token on (`forced`, when not
+    None, in place of the sampled one). The caller cuts the cache after `slot.tokens`, where the guesses not kept
+    lie. With `synth` a guess is accepted at random instead (SynthAcceptance): the target is still sampled at its
+    row (its samplers' state and random draws go on as llama-server's), and a rejected guess gives the target's
+    token, as a wrong one does."""
     job = slot.job
     assert job is not None and slot.next is not None
     draft, slot.draft = slot.draft, []
@@ -99,8 +112,9 @@ def verify(slot: Slot, first: int, output: Callable[[Slot, int], int | None], st
     stats.drafts += 1
     stats.drafted_tokens += len(draft)
     for i, guess in enumerate(draft):
-        token = output(slot, first + i)
-        if token != guess:
+        forced = synth is not None and synth.accept(job, i, guess)
+        token = output(slot, first + i, guess if forced else None)
+        if token != guess or (synth is not None and not forced):  # (a rejected guess ends it, even if equal)
             break
         job.accepted += 1
         stats.accepted_tokens += 1
@@ -109,7 +123,117 @@ def verify(slot: Slot, first: int, output: Callable[[Slot, int], int | None], st
         slot.tokens.append(guess)
         slot.next = None
     else:
-        output(slot, first + len(draft))
+        output(slot, first + len(draft), None)
+
+
+_DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a random seed
+
+
+def synth_rates(rates: Sequence[float] | None, length: float | None, n_max: int) -> list[float]:
+    """The unconditional acceptance rate of each draft position that llama-server's --spec-synth-rates or
+    --spec-synth-len give (the pin's common_speculative_synth_rates_resolve, its checks and messages); [] for
+    neither. `n_max`: the most tokens the drafter guesses per step (0: no drafter). `length` is the mean accepted
+    length counting the target's token: the rates are p, p^2, ..., p^n_max with p found by bisection.
+    A bad setting is an InvalidParameterError naming draft_synth_rates or draft_synth_len."""
+    if rates is None and length is None:
+        return []
+    field = "draft_synth_rates" if rates is not None else "draft_synth_len"
+    if rates is not None and length is not None:
+        raise InvalidParameterError("synthetic acceptance length and rates are mutually exclusive", field=field)
+    if n_max <= 0:
+        raise InvalidParameterError("synthetic acceptance requires an initialized speculative decoding context "
+                                    "(a drafter: a draft model or an n-gram --spec-type)", field=field)
+    if rates is not None:
+        rates = [float(r) for r in rates]
+        if len(rates) != n_max:
+            raise InvalidParameterError(f"synthetic acceptance rates must contain {n_max} values, got {len(rates)} "
+                                        "(one per draft position: the drafter's most tokens per step)", field=field)
+        for i, rate in enumerate(rates):
+            if not math.isfinite(rate) or not 0.0 <= rate <= 1.0:
+                raise InvalidParameterError("synthetic acceptance rates must be finite and within [0, 1]",
+                                            field=field)
+            if i > 0 and rate > rates[i - 1]:
+                raise InvalidParameterError("synthetic acceptance rates must be monotonically non-increasing",
+                                            field=field)
+        return rates
+    assert length is not None
+    length_max = n_max + 1.0
+    if not math.isfinite(length) or not 1.0 <= length <= length_max:
+        raise InvalidParameterError(f"synthetic acceptance length must be finite and within [1, {length_max:.0f}]",
+                                    field=field)
+    p = 0.0
+    if length == length_max:
+        p = 1.0
+    elif length > 1.0:  # the pin's bisection, step for step (the same doubles)
+        lo, hi = 0.0, 1.0
+        for _ in range(32):
+            mid = 0.5 * (lo + hi)
+            total, term = 0.0, mid
+            for _ in range(n_max):
+                total += term
+                term *= mid
+            if total < length - 1.0:
+                lo = mid
+            else:
+                hi = mid
+        p = 0.5 * (lo + hi)
+    out, rate = [], p
+    for _ in range(n_max):
+        out.append(rate)
+        rate *= p
+    return out
+
+
+class SynthAcceptance:
+    """llama-server's synthetic draft verification (server_sample_and_accept_synth), for benchmarking: the guess
+    at draft position i is accepted with probability rates[i] / rates[i - 1] (given the ones before it were),
+    whatever the target samples; a drafted end-of-generation token is never accepted (it would end the reply).
+
+    The draws come from a per-request std::mt19937 seeded with the request's seed (a random one for none), each
+    a std::uniform_real_distribution<double>(0, 1) of it as libstdc++ makes it, so the same seed and drafts give
+    llama-server's decisions. Unlike llama-server, the target's sample at an accepted guess's row is accepted
+    into the request's samplers (grammar included: a chain here always accepts what it samples), not the guess:
+    a guess never reaches the grammar, but the grammar moves on by the target's token (a reply's text under
+    synthetic acceptance is not valid either way). llama-server's replay after a checkpoint restore has no
+    counterpart: drafting here needs a cache that can be cut back (no checkpoints)."""
+
+    def __init__(self, rates: Sequence[float], is_eog: Callable[[int], bool]):
+        self.rates = list(rates)
+        self.probs: list[float] = []  # the conditional ones, as the pin's synth_probs
+        previous = 1.0
+        for rate in self.rates:
+            self.probs.append(rate / previous if previous > 0.0 else 0.0)
+            previous = rate
+        self._is_eog = is_eog
+        self._rngs: weakref.WeakKeyDictionary[Job, np.random.RandomState] = weakref.WeakKeyDictionary()
+        log.warning("synthetic speculative acceptance is enabled for benchmarking; generated output is not valid")
+        log.info("synthetic acceptance: n_max = %d, mean length = %.6f, rates = [%s]", len(self.rates),
+                 1.0 + sum(self.rates), ", ".join(f"{rate:.6g}" for rate in self.rates))
+
+    def accept(self, job: Job, i: int, guess: int) -> bool:
+        """Whether the guess at draft position `i` of `job` is taken (one draw of the request's generator)."""
+        rng = self._rngs.get(job)
+        if rng is None:
+            rng = self._rngs[job] = np.random.RandomState(_request_seed(job))
+        return _canonical(rng) < self.probs[i] and not self._is_eog(guess)
+
+
+def _request_seed(job: Job) -> int:
+    """The request's sampling seed, as llama-server seeds its generator (task.params.sampling.seed; for the
+    default seed, a random one)."""
+    seed = getattr(job.sampler, "default_seed", None)  # a SamplerChain's (the request's seed)
+    if seed is None:
+        seed = job.sampler.seed
+    return secrets.randbits(32) if seed == _DEFAULT_SEED else int(seed)
+
+
+def _canonical(rng: np.random.RandomState) -> float:
+    """libstdc++'s generate_canonical<double, 53> over std::mt19937: two 32-bit draws, the first the low word.
+    (RandomState seeded with an int is mt19937's init_genrand, and its full-range uint32 draws are the raw
+    outputs: numpy's legacy generator is frozen.)"""
+    low, high = (int(x) for x in rng.randint(0, 1 << 32, size=2, dtype=np.uint32))
+    value = (low + high * 4294967296.0) / 18446744073709551616.0
+    return value if value < 1.0 else math.nextafter(1.0, 0.0)
 
 
 class NgramDrafter:
