@@ -4,7 +4,9 @@ finish_reason (null until the last; the suite's stream test reads choice["finish
 --no-models-autoload a request for a model not loaded is a 400 until /models/load. The pin's llama-server in router
 mode (--models-dir) and `llamaplug serve --models-dir`, on the same folder, compared. Then the router's GET /props,
 --models-preset (an INI file of models; GET /models?reload=1 reads it again; dedup-cache-models) and DELETE /models,
-each compared with llama-server's router on the same files and the same Hugging Face cache layout.
+each compared with llama-server's router on the same files and the same Hugging Face cache layout. Last, the
+suite's queue tests' LLAMA_SERVER_DEBUG_FAKE_TIMING (2 s more on each load and each routed request) and a client that
+gives up while queued behind a busy model, which must not cost that model its place.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -26,20 +29,21 @@ from llamaplug_testing.servers import _serving
 
 
 @contextlib.contextmanager
-def native_server(bin_dir: Path, cache: Path, *args: str) -> Iterator[int]:
+def native_server(bin_dir: Path, cache: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[int]:
     """llama-server with no model: its router over the Hugging Face cache `cache` (LLAMA_CACHE) and `args`."""
     port = free_port()
     proc = subprocess.Popen([str(bin_dir / "llama-server"), "--host", "127.0.0.1", "--port", str(port),
                              "-t", str(THREADS), "-np", "1", "-c", "512", "--offline", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={"LLAMA_CACHE": str(cache), "PATH": "/usr/bin:/bin"})
+                            env={"LLAMA_CACHE": str(cache), "PATH": "/usr/bin:/bin", **(env or {})})
     yield from _serving(proc, port, "llama-server", term_again_after=3)
 
 
 @contextlib.contextmanager
-def native_router(bin_dir: Path, models_dir: Path, cache: Path, *args: str) -> Iterator[int]:
+def native_router(bin_dir: Path, models_dir: Path, cache: Path, *args: str,
+                  env: dict[str, str] | None = None) -> Iterator[int]:
     """llama-server with no model: its router, each model of `models_dir` a child server loaded when asked."""
-    with native_server(bin_dir, cache, "--models-dir", str(models_dir), *args) as port:  # (no cached models)
+    with native_server(bin_dir, cache, "--models-dir", str(models_dir), *args, env=env) as port:  # (no cached models)
         yield port
 
 
@@ -256,3 +260,63 @@ def test_bad_preset_is_an_error_naming_file_and_line(native_tools, tmp_path):
         assert ours.returncode != 0, name
         assert f"{tmp_path / name}" in ours.stderr and said in ours.stderr, ours.stderr
         assert "Traceback" not in ours.stderr, ours.stderr
+
+
+FAKE_TIMING = {"LLAMA_SERVER_DEBUG_FAKE_TIMING": "1"}
+
+
+def _tokenize(port: int, model: str, timeout: float = 60) -> int:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/tokenize", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"model": model, "content": "hello world"}).encode())
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.status
+
+
+def _queue_client_leaves(port: int) -> dict:
+    """The suite's test_router_queue_client_disconnect_keeps_model, timed: with --models-max 1, a request for
+    `busy` holds its model (2 s of fake timing), one for `other` queues behind it, its client leaving after 1 s."""
+    started = time.monotonic()
+    post_status(port, "/models/load", {"model": "busy"})
+    _wait_loaded(port, "busy")
+    loaded = time.monotonic() - started
+    busy: dict = {}
+
+    def run() -> None:
+        t0 = time.monotonic()
+        busy["status"] = _tokenize(port, "busy")
+        busy["seconds"] = time.monotonic() - t0
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(0.5)
+    try:
+        _tokenize(port, "other", timeout=1)
+        gave_up = False
+    except OSError:  # (TimeoutError: urllib closes the connection)
+        gave_up = True
+    thread.join(60)
+    time.sleep(3)  # what an eviction on the leaver's behalf would have had to happen in
+    _, body = _get(port, "/models")
+    states = {m["id"]: m["status"]["value"] for m in body["data"]}
+    return {"load_took_2s": loaded >= 2, "busy": (busy.get("status"), busy.get("seconds", 0) >= 2),
+            "gave_up": gave_up, "states": states}
+
+
+def test_fake_timing_and_a_client_leaving_the_queue_as_llama_servers_router(native_tools, smollm2_path, tmp_path,
+                                                                          monkeypatch):
+    """LLAMA_SERVER_DEBUG_FAKE_TIMING, which the suite sets for every server: in a router each load and each
+    routed request take 2 s longer (so a request queues behind a busy model), and a queued client that leaves
+    costs the busy model nothing: it stays loaded, the other model is not loaded for nobody."""
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("busy.gguf", "other.gguf"):
+        (models / name).symlink_to(smollm2_path)
+    flags = ("--models-max", "1")
+    with native_router(native_tools, models, tmp_path / "cache", *flags, env=FAKE_TIMING) as port:
+        theirs = _queue_client_leaves(port)
+    monkeypatch.setenv(*next(iter(FAKE_TIMING.items())))
+    with llamaplug_server(None, "--models-dir", str(models), "-c", "512", "-np", "1", *flags) as (port, _):
+        ours = _queue_client_leaves(port)
+    assert theirs == {"load_took_2s": True, "busy": (200, True), "gave_up": True,
+                      "states": {"busy": "loaded", "other": "unloaded"}}
+    assert ours == theirs

@@ -8,19 +8,23 @@ FastAPI takes the two for one body, so the OpenAPI document is the route's, a bo
 that does not fit is a 400 before any model is looked up, and an unknown model is a
 404 before the route runs. It holds a lease on the model (loading it if need be) until
 the response is sent, a stream's last event included, so the model is not unloaded
-under the request; the body's `keep_alive` (Ollama's) becomes the model's.
+under the request; the body's `keep_alive` (Ollama's) becomes the model's. A request
+waiting for its model's load stops waiting when its client goes away (a 499), and a load
+nobody waits for any more is called off (registry.lease's `gone`).
 """
 
 # Without `from __future__ import annotations`: FastAPI reads `body`'s annotation at run time, and here it is a
 # variable.
 
 import dataclasses
+import functools
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from fastapi import Request
 
 from .registry import ModelRegistry, Served, parse_keep_alive
+from .streaming import disconnected
 
 
 class NamesAModel(Protocol):
@@ -32,7 +36,7 @@ def served_model(body_type: type[NamesAModel]) -> Callable[..., AsyncIterator[Se
 
     async def resolve(request: Request, body: body_type) -> AsyncIterator[Served]:  # type: ignore[valid-type]
         keep_alive = parse_keep_alive(getattr(body, "keep_alive", None))
-        async with models(request).lease(body.model, keep_alive) as served:
+        async with models(request).lease(body.model, keep_alive, functools.partial(disconnected, request)) as served:
             # The reply names the model as the request did (an alias, an id without .gguf), as llama-server does.
             yield served if not body.model or body.model == served.id else dataclasses.replace(served, id=body.model)
 
@@ -42,7 +46,7 @@ def served_model(body_type: type[NamesAModel]) -> Callable[..., AsyncIterator[Se
 async def queried_model(request: Request, model: str | None = None) -> AsyncIterator[Served]:
     """For routes without a body (GET /props, /slots): the model named by `?model=` (llama-server's router
     mode), else the default one, leased as `served_model` leases it."""
-    async with models(request).lease(model) as served:
+    async with models(request).lease(model, gone=functools.partial(disconnected, request)) as served:
         yield served
 
 

@@ -7,7 +7,9 @@ never closed while a lease on it is held. Around that:
 
 - `max_loaded` (llama-server's --models-max, Ollama's OLLAMA_MAX_LOADED_MODELS): a load
   that would pass it first unloads the least recently used model, once that one's
-  requests are done (new requests for it wait, then load it again);
+  requests are done (new requests for it wait, then load it again); a load whose requests all
+  left before it began (`lease`'s `gone`: their clients went away) is called off, and so is the
+  unload it was waiting for, as llama-server's queue: that model stays, serving its requests;
 - keep-alive (Ollama's `keep_alive`): a model idle that long is unloaded; a request may
   set its model's keep-alive (0: unload after it, negative: never);
 - sleep (`sleep_idle`): a model idle that long is unloaded but stays listed as sleeping;
@@ -17,11 +19,13 @@ never closed while a lease on it is held. Around that:
   unloaded and loaded again by itself; `down` names it meanwhile (/health answers 503), and
   its requests wait for the new load;
 - `router` (llama-server's router mode: several models, a --models-dir or a --models-preset):
-  GET /props without `model` describes the router; a --models-preset file's models (presets.py)
-  are served with the others, one named as a command line model taking its place, and
-  `reload_presets` (GET /models?reload=1) reads the file again: a model gone from it is
-  unloaded and forgotten, a changed one unloaded and served with its new settings, a new one
-  added; `hidden` are the models its dedup-cache-models leaves out of GET /models.
+  GET /props without `model` describes the router (and LLAMA_SERVER_DEBUG_FAKE_TIMING makes each
+  load and each lease 2 s longer, as it makes llama-server's router: fake_timing.py); a
+  --models-preset file's models (presets.py) are served with the others, one named as a command
+  line model taking its place, and `reload_presets` (GET /models?reload=1) reads the file
+  again: a model gone from it is unloaded and forgotten, a changed one unloaded and served with
+  its new settings, a new one added; `hidden` are the models its dedup-cache-models leaves out
+  of GET /models.
 
 All of this state lives on the event loop's thread; only Llama.load and Llama.close run
 in threads. Apart: what a model is served as and its lifecycle record (served.py), the idle
@@ -35,7 +39,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 from ..errors import InvalidParameterError, LlamaError
@@ -45,8 +49,9 @@ from ..high.engine import Engine
 from ..high.llama import Llama
 from ..high.template_probe import probe_chat_template
 from ..params import LlamaParams
-from . import allocator
+from . import allocator, fake_timing
 from .api_error import (
+    ClientGoneError,
     ModelExistsError,
     ModelLoadError,
     ModelNotAutoloadedError,
@@ -129,6 +134,7 @@ class ModelRegistry:
                 self._names[name] = entry
             self._entries[entry.id] = entry
         self.router = router or presets is not None
+        self._fake_delay = fake_timing.delay() if self.router else 0.0  # (llama-server's router's debug knob)
         self.hidden: frozenset[str] = frozenset()  # listed by no GET /models (dedup-cache-models)
         self._read_presets = presets[0] if presets is not None else None
         self._preset_ids: set[str] = set()
@@ -241,22 +247,27 @@ class ModelRegistry:
 
     # -- leases ------------------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def lease(self, name: str | None, keep_alive: float | None = None) -> AsyncIterator[Served]:
+    async def lease(self, name: str | None, keep_alive: float | None = None,
+                    gone: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[Served]:
         """The model named `name`, loaded (loading it if need be), kept loaded until the block ends.
 
         `keep_alive` (seconds; 0: unload after this request, negative: never) becomes the model's own, where
         several models are served: a server of one model keeps it loaded whatever a request says (with nothing
         to make room for, an unload only made every client wait for the reload).
+        `gone()`: ends when the request's client goes away; a request waiting for its model's load then stops
+        waiting (ClientGoneError, 499), and a load nobody waits for any more is called off (`_unless_abandoned`).
         """
         entry = self._entry(name, lenient=True)
         if not self.autoload and entry.state is ModelState.UNLOADED and entry.loading is None:
             raise ModelNotAutoloadedError(f"model {entry.id!r} is not loaded, and this server loads a model only when "
                                           f"told (--no-models-autoload): POST /models/load {{\"model\": "
                                           f"\"{entry.id}\"}} first", param="model")
-        served = await self._acquire(entry)
+        served = await self._acquire(entry, gone)
         if keep_alive is not None and len(self._entries) > 1:
             entry.keep_alive = keep_alive
         try:
+            if self._fake_delay:  # as llama-server's router: after the model counts this request as busy
+                await asyncio.sleep(self._fake_delay)
             yield served
         finally:
             entry.users -= 1
@@ -264,7 +275,7 @@ class ModelRegistry:
             entry.changed()
             self._idle.start(entry)
 
-    async def _acquire(self, entry: ModelEntry) -> Served:
+    async def _acquire(self, entry: ModelEntry, gone: Callable[[], Awaitable[None]] | None = None) -> Served:
         self._loop = asyncio.get_running_loop()
         self._revive_if_stopped(entry)
         self._drop_if_lost(entry)
@@ -273,6 +284,21 @@ class ModelRegistry:
             self._check_queue(entry.users >= entry.served.llama.engine.n_slots)  # would it wait for a slot?
             return self._take(entry)
         self._check_queue(True)
+        if gone is None:
+            return await self._wait_loaded(entry)
+        waiting = asyncio.ensure_future(self._wait_loaded(entry))
+        left = asyncio.ensure_future(gone())
+        try:
+            done, _ = await asyncio.wait({waiting, left}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # (also when this request's own task is cancelled)
+            left.cancel()
+            waiting.cancel()  # a no-op once it is done; else it stops waiting before it takes a lease
+        if waiting not in done:
+            raise ClientGoneError(f"the client went away while its request waited for model {entry.id!r}")
+        return waiting.result()
+
+    async def _wait_loaded(self, entry: ModelEntry) -> Served:
+        """Wait for `entry` to be loaded (starting its load if none runs), then take a lease on it."""
         self._queue.loading += 1
         try:
             while True:
@@ -388,7 +414,13 @@ class ModelRegistry:
                     continue
                 if entry.loading is None:
                     entry.loading = asyncio.ensure_future(self._load(entry))
-                await asyncio.shield(entry.loading)
+                entry.wanted += 1  # (so that the load is not called off while this waits for it)
+                entry.changed()
+                try:
+                    await asyncio.shield(entry.loading)
+                finally:
+                    entry.wanted -= 1
+                    entry.changed()
         finally:
             self._queue.loading -= 1
         self._idle.start(entry)
@@ -411,8 +443,12 @@ class ModelRegistry:
         try:
             if self._room is None:
                 self._room = asyncio.Lock()
-            async with self._room if self.max_loaded is not None else contextlib.nullcontext():
-                await self._make_room(entry)
+            room = self._room if self.max_loaded is not None else None
+            if not await self._unless_abandoned(entry, self._prepare(entry, room)):
+                entry.state = before
+                log.info("load of %s called off: no request waits for it any more", entry.id)
+                return
+            try:  # (`room` held: `_prepare` took it)
                 spec = entry.spec
                 log.info("loading %s (%s)", spec.id, spec.params.model_path)
                 llama = await asyncio.to_thread(self._loader, spec.params)
@@ -423,6 +459,9 @@ class ModelRegistry:
                 entry.down = False
                 entry.last_used = time.monotonic()
                 self._watch(entry, llama)
+            finally:
+                if room is not None:
+                    room.release()
         except LlamaError as exc:
             entry.state = before
             log.error("model %r failed to load: %s", entry.id, exc)  # the client's error says no server path
@@ -433,6 +472,43 @@ class ModelRegistry:
             raise
         finally:
             entry.loading = None
+
+    async def _prepare(self, entry: ModelEntry, room: asyncio.Lock | None) -> None:
+        """What comes before `entry`'s load and may still be called off: its turn (`room`, taken here and held
+        on return), room made for it, and llama-server's fake load time."""
+        if room is not None:
+            await room.acquire()
+        try:
+            await self._make_room(entry)
+            if self._fake_delay:  # as llama-server's router: each load takes that much longer
+                await asyncio.sleep(self._fake_delay)
+        except BaseException:
+            if room is not None:
+                room.release()
+            raise
+
+    @staticmethod
+    async def _unless_abandoned(entry: ModelEntry, work: Coroutine[Any, Any, None]) -> bool:
+        """Run `work` unless every request waiting for `entry`'s load leaves first (no lease, none waiting:
+        their clients went away); then `work` is cancelled and this says False."""
+        task = asyncio.ensure_future(work)
+        try:
+            while not task.done():
+                if entry.users == 0 and entry.wanted == 0:
+                    task.cancel()
+                    await asyncio.wait({task})
+                    if task.cancelled():
+                        return False
+                    break  # it ended before the cancel reached it: the load goes on
+                nobody = asyncio.ensure_future(entry.drained.wait())
+                try:
+                    await asyncio.wait({task, nobody}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    nobody.cancel()
+        finally:
+            task.cancel()  # (a no-op once it is done: here only when this task itself was cancelled)
+        task.result()
+        return True
 
     async def _make_room(self, entry: ModelEntry) -> None:
         """Unload least recently used models until loading `entry` stays within max_loaded."""
@@ -451,18 +527,34 @@ class ModelRegistry:
             # Idle ones first, then the least recently used.
             victim = min(victims, key=lambda e: (e.users + e.wanted > 0, e.last_used))
             log.info("unloading %s to make room for %s (--max-loaded %d)", victim.id, entry.id, self.max_loaded)
-            await self._unload(victim, ModelState.UNLOADED)
+            await self._evict(victim)
+
+    async def _evict(self, victim: ModelEntry) -> None:
+        """Unload `victim` for a load; if that load is called off while `victim` still serves requests (its
+        own waiters left), so is this unload: `victim` stays loaded, and the requests waiting to load it again
+        take it as it is (llama-server's queue never stops a busy model for a request that left)."""
+        unloading = victim.unloading = asyncio.ensure_future(self._drain_and_close(victim, ModelState.UNLOADED))
+        try:
+            await asyncio.shield(unloading)
+        except asyncio.CancelledError:
+            if victim.unloading is unloading and not unloading.done() and (victim.users or victim.wanted):
+                victim.spare()
+            raise
 
     async def _unload(self, entry: ModelEntry, state: ModelState) -> None:
-        if entry.unloading is None:
-            if entry.served is None:
-                return
-            entry.unloading = asyncio.ensure_future(self._drain_and_close(entry, state))
-        await asyncio.shield(entry.unloading)
+        while True:  # again after an eviction that was called off (_evict): this unload is not
+            if entry.unloading is None:
+                if entry.served is None:
+                    return
+                entry.unloading = asyncio.ensure_future(self._drain_and_close(entry, state))
+            await asyncio.shield(entry.unloading)
 
     async def _drain_and_close(self, entry: ModelEntry, state: ModelState) -> None:
         try:
             while entry.users or entry.wanted:  # never close a model under a request
+                if entry.spared:
+                    log.info("%s stays loaded: the load it was to make room for was called off", entry.id)
+                    return
                 await entry.drained.wait()
             self._idle.cancel(entry)
             served, entry.served = entry.served, None  # out of engines() first: its counters move to the hooks
@@ -478,6 +570,7 @@ class ModelRegistry:
             log.info("unloaded %s (%s)", entry.id, state.value)
         finally:
             entry.unloading = None
+            entry.spared = False
 
     # -- models added and removed while serving (Ollama's /api/pull, /api/copy, /api/delete) ---------------
     def params(self, name: str) -> LlamaParams:

@@ -69,6 +69,7 @@ class ModelEntry:
         self.loading: asyncio.Task[None] | None = None
         self.unloading: asyncio.Task[None] | None = None
         self.down = False  # its engine stopped: down until a load succeeds
+        self.spared = False  # the unload under way, for another model's load, is called off (registry._evict)
         self.timer: asyncio.TimerHandle | None = None
         self.drained = asyncio.Event()
         self.drained.set()
@@ -78,6 +79,12 @@ class ModelEntry:
             self.drained.set()
         else:
             self.drained.clear()
+
+    def spare(self) -> None:
+        """Call off the unload under way, which waits for this model's requests to end."""
+        self.spared = True
+        self.drained.set()  # wakes that wait, which sees `spared`; and at once not drained again:
+        self.changed()
 
     def waiting(self) -> int:
         """Its leases beyond its slots: requests queued in its engine."""

@@ -66,7 +66,7 @@ async def off_loop(work: Callable[[], T], request: Request | None = None) -> T:
         return await asyncio.to_thread(work)
     flag = CancelFlag()
     task = asyncio.ensure_future(asyncio.to_thread(flag.run, work))
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(disconnected(request))
     try:
         done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:  # (also when this request's own task is cancelled: a server shutting down)
@@ -87,7 +87,7 @@ async def unless_gone(request: Request, work: Awaitable[T]) -> T:
     the decode threads beside it) a wakeup and a task group every 50 ms per waiting request.
     """
     task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(disconnected(request))
     try:
         done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:  # (also when this request's own task is cancelled)
@@ -98,7 +98,8 @@ async def unless_gone(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-async def _disconnected(request: Request) -> None:
+async def disconnected(request: Request) -> None:
+    """Ends when the client of `request` goes away (the ASGI server's http.disconnect message)."""
     # The body was read before the route ran: the next message is the disconnect (or the end of the response).
     while (await request.receive())["type"] != "http.disconnect":
         await asyncio.sleep(0.05)  # a server that answers with empty body parts instead must not make this spin
