@@ -307,21 +307,26 @@ class ModelRegistry:
                     continue
                 if entry.state is ModelState.LOADED:
                     return self._take(entry)
-                if entry.loading is None:
-                    entry.loading = asyncio.ensure_future(self._load(entry))
-                entry.wanted += 1
-                entry.changed()
-                try:
-                    await asyncio.shield(entry.loading)
-                finally:
-                    entry.wanted -= 1
-                    entry.changed()
+                await self._join_load(entry)
                 # The load that ended gave this request its place: an eviction waits for wanted == 0, so the
                 # model is still loaded here, whatever ran in between.
                 if entry.state is ModelState.LOADED:
                     return self._take(entry)
         finally:
             self._queue.loading -= 1
+
+    async def _join_load(self, entry: ModelEntry) -> None:
+        """Wait for `entry`'s load (started here if none runs), counted in `wanted` so that it is not called off
+        while this waits for it."""
+        if entry.loading is None:
+            entry.loading = asyncio.ensure_future(self._load(entry))
+        entry.wanted += 1
+        entry.changed()
+        try:
+            await asyncio.shield(entry.loading)
+        finally:
+            entry.wanted -= 1
+            entry.changed()
 
     def _drop_if_lost(self, entry: ModelEntry) -> None:
         """A model whose RPC server's connection broke cannot decode again (its weights were there): unload it,
@@ -412,15 +417,7 @@ class ModelRegistry:
                 if entry.unloading is not None:
                     await asyncio.shield(entry.unloading)
                     continue
-                if entry.loading is None:
-                    entry.loading = asyncio.ensure_future(self._load(entry))
-                entry.wanted += 1  # (so that the load is not called off while this waits for it)
-                entry.changed()
-                try:
-                    await asyncio.shield(entry.loading)
-                finally:
-                    entry.wanted -= 1
-                    entry.changed()
+                await self._join_load(entry)
         finally:
             self._queue.loading -= 1
         self._idle.start(entry)
