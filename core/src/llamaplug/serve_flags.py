@@ -208,6 +208,11 @@ def add_llama_server_flags(serve: argparse.ArgumentParser) -> None:
     if "--slot-save-path" not in have:
         serve.add_argument("--slot-save-path", metavar="DIR",
                            help="folder for POST /slots/ID?action=save|restore (without it those are refused)")
+    if "--media-path" not in have:
+        serve.add_argument("--media-path", metavar="DIR", type=_folder,
+                           help="folder media file:// URLs are read from, by paths relative to it (no '..', "
+                                "nothing that resolves outside it); without it file:// URLs are refused, as "
+                                "llama-server's (default: disabled)")
     for spelling, ours in _SPELLINGS.items():
         target = serve._option_string_actions.get(ours)  # noqa: SLF001
         if target is not None and spelling not in have:  # the same action (-a, a plain store, once split "foo")
@@ -260,6 +265,12 @@ def _add_http_flags(serve: argparse.ArgumentParser, have: set[str]) -> None:
     serve.add_argument("--slots", dest="endpoint_slots", action=argparse.BooleanOptionalAction, default=True,
                        help="serve GET/POST /slots (--no-slots: 501, as llama-server)")
     serve.add_argument("--tags", metavar="TAGS", help="the model's tags, comma-separated (shown in /v1/models)")
+
+
+def _folder(text: str) -> str:
+    if not os.path.isdir(text):  # (llama-server's words)
+        raise argparse.ArgumentTypeError(f"not a directory: {text}")
+    return text
 
 
 def _seconds(text: str) -> float:

@@ -229,7 +229,7 @@ def _serve(args: argparse.Namespace) -> int:
     cors = Cors.serving(origins, args.cors_methods, args.cors_headers, args.cors_credentials, args.api_key)
     app = create_app_for(registry, args.api_key, n_predict=args.n_predict, slot_save_path=args.slot_save_path,
                          max_body=args.max_body_mib * 2**20, cors=cors, endpoint_slots=args.endpoint_slots,
-                         webui=args.webui, endpoint_metrics=args.endpoint_metrics)
+                         webui=args.webui, endpoint_metrics=args.endpoint_metrics, media_path=args.media_path)
     # a line per request, ours (uvicorn's has no duration), and the last line once the app's shutdown is done
     app.add_middleware(AccessLog, stopped=lambda: serve_log.stopped(time.monotonic() - began,
                                                                     app.state.metrics.http_requests))
@@ -309,7 +309,8 @@ def _serve_on_ray(params: LlamaParams, args: argparse.Namespace) -> int:
     on_ray.run(params, replicas=args.replicas, address=args.ray_address, host=args.host, port=args.port,
                threads=args.threads, model_id=(args.alias or [None])[0], api_key=args.api_key, pooling=args.pooling,
                app_options={"n_predict": args.n_predict, "slot_save_path": args.slot_save_path,
-                            "chat_template": template, "chat": chat, "max_body": args.max_body_mib * 2**20},
+                            "chat_template": template, "chat": chat, "max_body": args.max_body_mib * 2**20,
+                            "media_path": args.media_path},
                shutdown_timeout_s=args.shutdown_timeout)  # a replica stopped gives its streams this long
     return 0
 

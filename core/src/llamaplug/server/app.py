@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from ..high.llama import Llama
 from ..high.model_card import hash_in_background
 from . import dialects, error_docs
+from . import media_path as media_path_rules
 from .chat_settings import ChatSettings
 from .cors import Cors
 from .metrics import Metrics
@@ -40,7 +41,7 @@ DEFAULT_MAX_BODY = 8 * 2**20
 def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = None,
                pooling: str | None = None, n_predict: int = -1, slot_save_path: str | None = None,
                chat_template: str | None = None, chat: ChatSettings | None = None,
-               max_body: int = DEFAULT_MAX_BODY) -> FastAPI:
+               max_body: int = DEFAULT_MAX_BODY, media_path: str | None = None) -> FastAPI:
     """The ASGI app serving `llama` (closed when the app shuts down).
 
     `pooling` for /v1/embeddings: default the model's own, and mean for a model that has
@@ -48,24 +49,29 @@ def create_app(llama: Llama, model_id: str | None = None, api_key: str | None = 
     `n_predict`: tokens a request that gives no limit may generate, on every route (llama-server's -n;
     -1: until the end). `slot_save_path`: the folder of POST /slots' files (None: save/restore refused).
     `chat_template` overrides the GGUF's; `chat`: the server's chat defaults (--reasoning-format, ...).
-    `max_body`: the bytes a request body may have (a longer one is a 413).
+    `max_body`: the bytes a request body may have (a longer one is a 413). `media_path`: the folder media
+    `file://` URLs are read from (llama-server's --media-path; None: they are refused, media_path.py).
     """
     served = Served.of(llama, model_id, pooling, chat_template)
     if chat is not None:
         served.chat = chat
-    app = create_app_for(ModelRegistry([served]), api_key, n_predict, slot_save_path, max_body)
+    app = create_app_for(ModelRegistry([served]), api_key, n_predict, slot_save_path, max_body,
+                         media_path=media_path)
     app.state.llama = llama
     return app
 
 
 def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predict: int = -1,
                    slot_save_path: str | None = None, max_body: int = DEFAULT_MAX_BODY, cors: Cors | None = None,
-                   endpoint_slots: bool = True, webui: bool = True, endpoint_metrics: bool = True) -> FastAPI:
+                   endpoint_slots: bool = True, webui: bool = True, endpoint_metrics: bool = True,
+                   media_path: str | None = None) -> FastAPI:
     """The ASGI app serving the models of `registry`, each loaded when first asked for (closed at shutdown);
     the other arguments as create_app's. `cors`: llama-server's CORS flags (None: its defaults, cors.py);
     `endpoint_slots` False: /slots answers 501, as llama-server's --no-slots; `webui` False: no chat page
     (its paths answer 404, as llama-server's --no-webui); `endpoint_metrics` False: /metrics answers 501, as
-    llama-server without --metrics (`llamaplug serve`'s default; an app made here serves it)."""
+    llama-server without --metrics (`llamaplug serve`'s default; an app made here serves it); `media_path` as
+    create_app's (a path that is no folder: InvalidParameterError)."""
+    media_dir = media_path_rules.media_dir(media_path)
     metrics = Metrics(registry.engines)
     registry.on_unload(metrics.retire)
     registry.on_sleep(lambda name, served: metrics.asleep(name, served.llama.engine))
@@ -87,6 +93,7 @@ def create_app_for(registry: ModelRegistry, api_key: str | None = None, n_predic
     app.state.models = registry
     app.state.n_predict = n_predict
     app.state.slot_save_path = slot_save_path
+    app.state.media_path = media_dir  # (its real path: the folder file:// URLs must stay in)
     app.state.endpoint_slots = endpoint_slots
     app.state.endpoint_metrics = endpoint_metrics
     app.state.webui = webui

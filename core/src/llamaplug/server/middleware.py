@@ -13,7 +13,7 @@ import secrets
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import request_body
+from . import media_path, request_body
 from .api_error import ApiError, BodyTooLargeError, ForbiddenError, UnauthorizedError
 from .cors import Cors
 from .metrics import Metrics
@@ -113,7 +113,8 @@ class KeyGuard:
 class JsonBody:
     """POST bodies read as JSON, whatever their Content-Type says: read whole before the route runs, at most
     `max_body` bytes (413), and refused (400) where they hold what llama-server's JSON parser refuses
-    (request_body.py)."""
+    (request_body.py); a media `file://` URL in them is read here from the app's --media-path, or refused
+    (media_path.py)."""
 
     def __init__(self, app: ASGIApp, max_body: int):
         self.app, self.max_body = app, max_body
@@ -128,6 +129,11 @@ class JsonBody:
         _json_body(scope, headers)
         try:
             body = await self._body(headers, receive)
+            if body is not None and scope["path"] not in media_path.NOT_MEDIA:
+                given, body = body, await media_path.local_media(body, getattr(scope["app"].state, "media_path", None))
+                if body is not given:
+                    scope["headers"] = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+                    scope["headers"].append((b"content-length", str(len(body)).encode()))
         except ApiError as exc:
             await _refuse(exc, scope, receive, send)
             return

@@ -13,8 +13,10 @@ list of token ids, or a `MediaInput` (text with media, made into the projector's
   set, as llama-server reads it, else "<__media__>"), or content parts with {"type": "image_url", "image_url":
   {"url": "data:image/...;base64,..." or bare base64}} and {"type": "input_audio", "input_audio": {"data": ...}}.
 
-Media on a server without a projector, a malformed one, or a file:// URL (llama-server reads those only under its
---media-path, which serve does not take) is a 400 naming the field: "input[0].multimodal_data[0]".
+Media on a server without a projector, or a malformed one, is a 400 naming the field: "input[0].multimodal_data[0]".
+A file:// URL (in a content part or multimodal_data) was read before the route, as llama-server reads it: from the
+server's --media-path, or refused without one (media_path.py, in the body guard); one that reaches this module
+anyway is refused, never read.
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ class _Reader:
         for k, piece in enumerate(pieces):
             _add_text(out, wheres, piece, f"{where}.prompt_string")
             if k < len(items):
+                _not_file_url(items[k], f"{where}.multimodal_data[{k}]")
                 out.append(_media_part(items[k]))
                 wheres.append(f"{where}.multimodal_data[{k}]")
         return _joined(out, wheres)
@@ -167,10 +170,16 @@ def _joined(parts: list[dict[str, Any]], wheres: list[str]) -> Prompt:
 
 def _no_file_url(part: dict[str, Any], kind: str, where: str) -> None:
     spec = part.get(kind)
-    urls = [spec.get("url"), spec.get("data")] if isinstance(spec, dict) else [spec]
-    if any(isinstance(url, str) and url.startswith("file:") for url in urls):
-        raise BadRequestError(f"{where}: file:// URLs are not read here (llama-server reads them only under its "
-                              "--media-path): send the bytes as a data: URL or base64", param=where)
+    for url in [spec.get("url"), spec.get("data")] if isinstance(spec, dict) else [spec]:
+        _not_file_url(url, where)
+
+
+def _not_file_url(url: Any, where: str) -> None:
+    """The projector reads any file a file:// URL names: what the body guard read from --media-path is bytes by
+    now, so one still here was not checked against it."""
+    if isinstance(url, str) and url.startswith("file:"):
+        raise BadRequestError(f"{where}: a file:// URL is read only from the server's --media-path (serve "
+                              "--media-path DIR): send the bytes as a data: URL or base64", param=where)
 
 
 def _media_part(data: str) -> dict[str, Any]:
