@@ -17,6 +17,7 @@ import base64
 import json
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -78,9 +79,26 @@ def _answer(port: int, api: str, url: str) -> tuple[int, str | None, str | None]
     return status, (error or {}).get("message"), (error or {}).get("param")
 
 
+def _raw(port: int, path: str, body: bytes) -> tuple[int, dict]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
 def _refused_without(outside):
     def script(port: int) -> dict:
-        return {api: _answer(port, api, f"file://{outside / 'secret.png'}") for api in _requests("", "")}
+        out = {api: _answer(port, api, f"file://{outside / 'secret.png'}") for api in _requests("", "")}
+        # the same URL spelled with JSON escapes ("\u0066ile:\/\/..."): what the routes read is what was checked
+        path, body, _ = _requests(f"file://{outside / 'secret.png'}", "")["openai"]
+        escaped = json.dumps(body).replace('"file://', '"\\u0066ile:\\/\\/').encode()
+        assert b"file://" not in escaped
+        status, reply = _raw(port, path, escaped)
+        out["escaped"] = status, reply["error"]["message"]
+        return out
     return script
 
 
@@ -96,6 +114,8 @@ def test_file_urls_are_refused_without_media_path(native_tools, smollm2_path, fi
     assert theirs["ollama"][0] == 404  # (no Ollama API there)
     # base64 only there: "file://..." does not decode, "Failed to load image or audio file", a 500 (serve: the 400)
     assert theirs["multimodal_data"][0] == 500
+    assert theirs.pop("escaped") == theirs["openai"][:2]
+    assert ours.pop("escaped") == ours["openai"][:2]
     for api, (status, message, param) in ours.items():
         field = _requests("", "")[api][2]
         assert status == 400, (api, status, message)
