@@ -297,6 +297,9 @@ def main() -> int:
     # and the templates its tests name as ../../../models/templates/... (assistant prefill, test_tool_call, ...)
     shutil.rmtree(work / "models" / "templates", ignore_errors=True)
     shutil.copytree(pinned / "models" / "templates", work / "models" / "templates")
+    # and the image test_security.py's test_local_media_file reads through --media-path ../../../tools
+    (work / "tools" / "mtmd").mkdir(parents=True, exist_ok=True)
+    shutil.copy(pinned / "tools" / "mtmd" / "test-1.jpeg", work / "tools" / "mtmd" / "test-1.jpeg")
     (suite / "unit" / "conftest.py").write_text(SWAP)
     (suite / "tmp").mkdir(exist_ok=True)  # test_router.py writes its INI presets there (utils.TMP_DIR)
     inputs = stand_ins(pinned, model, work / "stand-ins", suite / "cache")
