@@ -1,12 +1,18 @@
-"""llama-server's synthetic draft acceptance (--spec-synth-rates / --spec-synth-len), as the pin's test_speculative.py
-asks it (issue 48 part 6): a benchmarking mode where each drafted guess is accepted at random, at a rate per draft
-position, whatever the target samples (speculative.SynthAcceptance).
+"""llama-server's synthetic draft acceptance (--spec-synth-rates / --spec-synth-len) and context shift
+(--context-shift), as the pin's test_speculative.py asks them (issue 48 part 6). Synthetic acceptance is a
+benchmarking mode where each drafted guess is accepted at random, at a rate per draft position, whatever the target
+samples (speculative.SynthAcceptance).
 
 Against the pin's llama-server (the same SmolLM2 as target and draft model, draft-simple, the suite's draft sizes): the
 same replies, token for token, and the same draft_n / draft_n_accepted, since the decisions come from the same
 mt19937 seeded with the request's seed; a grammar request and an ignore_eos one (a drafted end-of-generation token is
 never accepted) as the suite sends them. The engine with a real model: rates all 0 give the tokens of no drafting,
 rates all 1 accept every guess.
+
+Context shift: a reply that fills its slot drops half of the slot's tokens after the BOS and goes on (engine.py,
+Slot.shift). Against llama-server, drafting with the draft model as the suite's test_with_ctx_shift: the same tokens
+past several shifts, the same draft counts, `truncated`; without the flag both end at the full slot, `truncated` too.
+The engine: the tokens asked for, drafting or not the same greedy text, and nothing of the shifted cells reused.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import re
 import subprocess
 
 import pytest
-from llamaplug_testing import THREADS, free_port, llamaplug_server, post_status
+from llamaplug_testing import THREADS, free_port, llama_server, llamaplug_server, on_both, post_status
 from llamaplug_testing.servers import _serving
 
 import llamaplug as lp
@@ -138,3 +144,82 @@ def test_serve_names_the_flag_of_a_bad_synth_setting(smollm2_path, flags, code, 
                            *flags], capture_output=True, text=True, timeout=120)
     assert done.returncode == code, done.stderr
     assert said in done.stderr and "Traceback" not in done.stderr
+
+
+SHIFT_REQUESTS = [
+    {"prompt": "Hello " * 248, "temperature": 0.0, "top_k": 1, "n_predict": 256},  # the suite's test_with_ctx_shift
+    {"prompt": "Once upon a time", "temperature": 0.0, "n_predict": 300},
+]
+
+
+def _shift_script(port: int) -> list[tuple]:
+    out = []
+    for request in SHIFT_REQUESTS:
+        status, body = post_status(port, "/completion", {**request, "return_tokens": True}, timeout=600)
+        out.append((status, body.get("tokens"), body.get("tokens_predicted"), body.get("truncated"),
+                    body.get("stop_type"), body.get("timings", {}).get("draft_n")))
+    return out
+
+
+def test_context_shift_as_llama_server(native_tools, smollm2_path):
+    args = [*_spec(smollm2_path), "-c", "256", "--context-shift"]  # (-c: the last one counts)
+    with llama_server(native_tools, smollm2_path, *args) as port:
+        theirs = _shift_script(port)
+    with llamaplug_server(smollm2_path, "-np", "1", *args) as (port, _):
+        ours = _shift_script(port)
+    assert [row[2:5] for row in theirs] == [(256, True, "limit"), (300, True, "limit")]
+    assert theirs[0][5] > 0  # drafted across the shifts
+    assert ours == theirs
+
+
+def test_a_full_slot_is_truncated_as_llama_servers(native_tools, smollm2_path):
+    request = {"prompt": "Hello " * 100, "temperature": 0.0, "n_predict": -1}  # as test_ctx_shift's disabled case
+    both = on_both(native_tools, smollm2_path, lambda port: post_status(port, "/completion", request, timeout=600),
+                   "-t", "1", "-c", "256", "--spec-type", "none")
+    (status, theirs), (_, ours) = both["theirs"], both["ours"]
+    assert status == 200 and theirs["truncated"] is True and theirs["stop_type"] == "limit"
+    assert (ours["truncated"], ours["stop_type"], ours["tokens_predicted"], ours["content"]) == (
+        theirs["truncated"], theirs["stop_type"], theirs["tokens_predicted"], theirs["content"])
+
+
+@pytest.fixture(scope="module")
+def shift_runs(smollm2_path):
+    """A greedy reply far past a 256-token slot, with context shift, without and with drafting (n-grams)."""
+    runs = {}
+    for name, extra in {"plain": {}, "draft": {"draft_model_path": smollm2_path, "draft_max": N_MAX}}.items():
+        with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=256, n_seq_max=1, n_threads=1, context_shift=True,
+                                          **extra)) as llama:
+            first = llama.create_completion("Once upon a time", max_tokens=400)
+            with llama.engine.idle("a look at the slot") as slots:  # what the slot keeps for a later prompt
+                kept = list(slots[0]), llama.context.kv_cache_seq_pos_max(0)
+            again = llama.create_completion("Once upon a time", max_tokens=400)
+            runs[name] = first, again, kept
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=256, n_seq_max=1, n_threads=1)) as llama:
+        runs["off"] = llama.create_completion("Once upon a time", max_tokens=400)
+    return runs
+
+
+def test_context_shift_gives_the_tokens_asked_for(shift_runs):
+    first, again, _ = shift_runs["plain"]
+    assert len(first.tokens) == 400 and first.stop_reason == lp.StopReason.MAX_TOKENS
+    assert first.timings.context_shifts >= 2
+    off = shift_runs["off"]  # the default: the reply ends at the full slot
+    assert off.stop_reason == lp.StopReason.CONTEXT_FULL and off.timings.context_shifts == 0
+    assert first.tokens[:len(off.tokens)] == off.tokens  # the same text up to the first shift
+
+
+def test_nothing_of_the_shifted_cells_is_reused(shift_runs):
+    first, again, (tokens, last_cell) = shift_runs["plain"]
+    # The moved cells hold what the dropped tokens made of them: the slot keeps (and its cache holds) only the
+    # tokens before the shift (SmolLM2 adds no BOS: none), not the shifted list a prompt could match.
+    assert tokens == [] and last_cell == -1
+    assert again.tokens == first.tokens and again.timings.cached_tokens == 0
+
+
+def test_drafting_follows_the_shift(shift_runs):
+    # The model drafting for itself: its context shifts as the target's (ModelDrafter.shifted), so its guesses
+    # stay the target's own past every shift (a draft context left behind would guess from the wrong positions).
+    first, again, _ = shift_runs["draft"]
+    assert len(first.tokens) == 400 and first.timings.context_shifts >= 2
+    assert first.timings.accepted_tokens >= 0.9 * first.timings.drafted_tokens > 0
+    assert again.tokens == first.tokens

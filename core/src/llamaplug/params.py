@@ -451,6 +451,12 @@ class LlamaParams(ModelParams, ContextParams):
                                         'are dropped (--spec-ngram-mod-n-min; None: 48, or "auto"\'s choice)')
     ngram_mod_n_max: int | None = Field(None, ge=1, le=1024, description='"ngram-mod" and "auto": the most tokens '
                                         'drafted per step (--spec-ngram-mod-n-max; None: 64, or "auto"\'s choice)')
+    context_shift: bool = Field(
+        False, description="a generating sequence that fills its share of the context drops half of its tokens "
+                            "(after the BOS) and goes on, as llama-server's --context-shift; its reply then "
+                            "ends only by max_tokens, a stop or the end of generation. Off (and for a request "
+                            "with media, whose positions cannot move): it ends at the full context "
+                            "(StopReason.CONTEXT_FULL)")
     # Benchmarking only (llama-server's --spec-synth-*): the output is not the model's (high/speculative.py).
     draft_synth_rates: list[float] | None = Field(
         None, description="benchmarking only: each draft position's guess is accepted at random at this "

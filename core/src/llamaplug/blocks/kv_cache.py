@@ -92,6 +92,12 @@ class KvCache(NativeHandle):
 
     kv_cache_seq_shift = kv_cache_seq_add
 
+    @property
+    def kv_cache_can_shift(self) -> bool:
+        """Whether kv_cache_seq_add can move positions here (llama_memory_can_shift: not a recurrent model's
+        state, nor a cache whose positions cannot be rotated)."""
+        return bool(lib.llama_memory_can_shift(self._memory))
+
     def kv_cache_seq_pos_min(self, seq_id: int) -> int:
         self._check_seq(seq_id)
         return int(lib.llama_memory_seq_pos_min(self._memory, seq_id))

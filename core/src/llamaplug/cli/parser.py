@@ -372,6 +372,11 @@ def parser() -> argparse.ArgumentParser:
                        "slot's cells are taken back, or, with none left, the running requests end with a 500 "
                        "(default: off; llama-server's is on only when its -np is left to auto)")
     serve.add_argument("-no-kvu", dest="kv_unified", action="store_false", help=argparse.SUPPRESS)
+    serve.add_argument("--context-shift", dest="context_shift", action=argparse.BooleanOptionalAction,
+                       default=False, help="a reply that fills its slot drops half of the slot's tokens (after the "
+                       "BOS) and goes on, as llama-server's (its `truncated` is then true); without -n or a "
+                       "request's max_tokens it runs until the end of generation (default: off: it ends there, "
+                       "finish reason length)")
     serve.add_argument("--cache-ram", type=int, default=256, metavar="MIB",
                        help="host memory for the KV of finished sequences, reused by later prompts with the same "
                             "prefix (0 = off)")

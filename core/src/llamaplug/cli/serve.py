@@ -101,7 +101,8 @@ def _serve(args: argparse.Namespace) -> int:
     # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
     base: dict[str, object] = {"n_ctx": args.ctx_size, "n_seq_max": args.parallel, "cache_ram_mib": args.cache_ram,
                                "log_level": native_log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed,
-                               "structured_engine": args.structured_engine, "kv_unified": args.kv_unified}
+                               "structured_engine": args.structured_engine, "kv_unified": args.kv_unified,
+                               "context_shift": args.context_shift}
     if args.threads:
         base["n_threads"] = args.threads
     if args.cache_dir:

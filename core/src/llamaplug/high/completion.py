@@ -43,6 +43,7 @@ class CompletionTimings:
     cached_tokens: int = 0  # prompt tokens found in the KV cache (a slot's earlier request), not decoded again
     drafted_tokens: int = 0  # speculative decoding: tokens a drafter guessed and the model checked
     accepted_tokens: int = 0  # ... and of those, the ones the model's own sampling agreed with
+    context_shifts: int = 0  # times the full sequence dropped half of its tokens to go on (LlamaParams.context_shift)
 
     @property
     def prompt_per_second(self) -> float:

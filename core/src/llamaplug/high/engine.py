@@ -16,6 +16,11 @@ One worker thread owns the context and runs the loop, one step at a time, in thr
    and applies the stop rules, the chunk goes to the job's sink) or `speculative.verify` for
    a slot with guesses. A job that ended frees its slot at once; the next plan fills it.
 
+With `context_shift` (llama-server's --context-shift), before the plan a generating slot whose next
+token would fill its sequence drops half of its tokens after the first (`Slot.shift`), the drafter
+told the same (`Drafter.shifted`), and goes on; what the slot may reuse once its request ends is the
+part before the shift (`Slot.release`, `Slot.drop_shifted`).
+
 A failure inside a step fails the requests running in it, and the loop goes on; only one with
 no request to fail stops the worker (`failure`, `on_stop`).
 
@@ -63,11 +68,13 @@ class Engine:
     prefix is cut to a multiple of `align` (LlamaParams.cache_exact: n_ubatch). `synth_rates` (benchmarking only:
     speculative.synth_rates resolves them): the drafter's guesses are accepted at random at these rates per
     position instead of by the target's samples (speculative.SynthAcceptance), as llama-server's --spec-synth-*.
+    `context_shift`: a text request that fills its sequence shifts it and goes on (see the module), where the
+    context can shift positions (else a warning, and off, as llama-server).
     """
 
     def __init__(self, context: LlamaContext, cache_bytes: int = 0, drafter: Drafter | None = None,
                  policy: AdmissionPolicy = FIFO, disk: DiskStore | None = None, align: int = 1,
-                 synth_rates: list[float] | None = None):
+                 synth_rates: list[float] | None = None, context_shift: bool = False):
         self._ctx = context
         self._drafter = drafter
         if synth_rates and drafter is None:
@@ -78,7 +85,12 @@ class Engine:
         # window before its end is still there (llama-server's check).
         n_swa = 0 if context.params.swa_full else context.model.n_swa
         logprobs = LogprobReader(context)
-        self._slots = [Slot(i, context, logprobs, n_swa, align) for i in range(context.n_seq_max)]
+        if context_shift and not context.kv_cache_can_shift:
+            log.warning("context shift is not supported by this context (%s); it is off",
+                        "a recurrent model" if context.recurrent else "its cache cannot move positions")
+            context_shift = False
+        self._shift = context_shift
+        self._slots = [Slot(i, context, logprobs, n_swa, align, context_shift) for i in range(context.n_seq_max)]
         self._n_ctx_seq = context.n_ctx_seq
         self._policy = policy
         self._budget = Budget(context.n_batch, context.n_outputs_max, drafter.draft_max if drafter else 0)
@@ -94,7 +106,7 @@ class Engine:
         self._on_stop: list[Callable[[BaseException], None]] = []
         self.stats = EngineStats()
         self._store = prompt_cache(cache_bytes, disk, self.stats)  # a disk tier under it: disk_store.py
-        self._emitter = Emitter(self.stats, self._count_busy)
+        self._emitter = Emitter(self.stats, self._released)
         self._runner = Runner(context, self._emitter, self.stats, drafter, self._own, self._make_room, synth)
 
     @property
@@ -280,7 +292,10 @@ class Engine:
 
     # -- one step -----------------------------------------------------------------
     def _step(self) -> None:
-        """Plan the step (scheduler.py), admit what it admits, and run it (runner.py)."""
+        """Shift the full slots (context_shift), plan the step (scheduler.py), admit what it admits, and run it
+        (runner.py)."""
+        if self._shift:
+            self._shift_full()
         with self._cv:  # the waiting queue is the callers' too; a job leaves it only for its slot
             plan = schedule(self._waiting, self._slots, self._budget, turn=self._turn, policy=self._policy)
             self._turn = plan.turn
@@ -339,6 +354,25 @@ class Engine:
     def _count_store(self) -> None:
         store = self._store
         self.stats.stored_sequences, self.stats.stored_bytes = (len(store), store.size) if store else (0, 0)
+
+    def _shift_full(self) -> None:
+        """llama-server's context shift (its pre_decode): each generating slot about to fill its sequence shifts;
+        the drafter's own copy of the sequence follows (ModelDrafter) or is dropped."""
+        for slot in self._slots:
+            if slot.full():
+                with self._own():
+                    keep, discard = slot.shift()
+                if self._drafter is not None:
+                    self._drafter.shifted(slot.seq, keep, discard)
+
+    def _released(self) -> None:
+        """After a slot was freed: a slot that shifted gives back its cells past what it may reuse (with one cache
+        for every sequence they are other slots' room), and the busy count."""
+        for slot in self._slots:
+            if slot.clean is not None and slot.job is None:
+                with self._own():
+                    slot.drop_shifted()
+        self._count_busy()
 
     def _count_busy(self) -> None:
         with self._cv:

@@ -36,6 +36,7 @@ class Job:
     first_token: float = 0.0
     drafted: int = 0
     accepted: int = 0
+    shifts: int = 0  # context shifts (engine.py: LlamaParams.context_shift)
     stop_string: str | None = None  # the stop string that ended it (StopReason.STOP_SEQUENCE)
 
     def __post_init__(self) -> None:

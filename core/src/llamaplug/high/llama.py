@@ -56,7 +56,7 @@ class Llama:
         self._engine = Engine(context, params.cache_ram_mib << 20, drafter,
                               disk=open_disk_store(params.cache_dir, params.cache_disk_mib, context),
                               align=context.n_ubatch if params.cache_exact else 1,
-                              synth_rates=_synth_rates(params, drafter))
+                              synth_rates=_synth_rates(params, drafter), context_shift=params.context_shift)
         self._embed_lock = threading.Lock()  # the embedding contexts are not the engine's
         self._projector: Projector | None = None  # a plugin's, when LlamaParams.mmproj_path is set (llamaplug-mtmd)
 

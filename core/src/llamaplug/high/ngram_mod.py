@@ -135,6 +135,11 @@ class NgramModDrafter:
             for seq in self._seqs.values():
                 seq.indexed = 0
 
+    def shifted(self, seq: int, keep: int, discard: int) -> None:
+        """The sequence's positions moved: what was indexed of it and its pending draft start over (the table's
+        n-grams stay: they are text seen, wherever it now lies)."""
+        self._seqs.pop(seq, None)
+
     def close(self) -> None:
         self._table.clear()
         self._seqs.clear()

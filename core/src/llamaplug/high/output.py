@@ -113,4 +113,4 @@ def timings(job: Job) -> CompletionTimings:
     end = time.perf_counter()
     first = job.first_token or end
     return CompletionTimings(job.n_prompt, (first - job.started) * 1e3, job.produced, (end - first) * 1e3,
-                             job.cached, job.drafted, job.accepted)
+                             job.cached, job.drafted, job.accepted, job.shifts)

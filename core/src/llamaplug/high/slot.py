@@ -8,8 +8,12 @@ A slot owns its sequence's bookkeeping from the request's start to its end:
 - `consumed`: the engine decoded the slot's tokens of this step's batch.
 - `advance`: the slot samples its next token from a row of the step's logits and
   applies the stop rules (`on_token`); the `Output` says what the engine hands on.
+- `shift`: the sequence is full (LlamaParams.context_shift): half of its tokens after the first
+  `keep` are dropped and the rest moved down, as llama-server's context shift.
 - `release`: the request is over; the tokens stay, for the next prompt to reuse (with one cache for
-  every sequence, until a running one needs the cells: `give_back`).
+  every sequence, until a running one needs the cells: `give_back`). After a shift only the first
+  `keep` stay: the moved cells hold what the dropped tokens made of them, not what reading the tokens
+  they follow would (`drop_shifted` cuts them).
 
 The engine (engine.py) owns the loop and the context's epoch; it calls `place`, its runner
 (runner.py) and output step (output.py) the rest, with their edits of the context marked as
@@ -32,6 +36,7 @@ from .prefix_store import PrefixStore, common_prefix
 log = logging.getLogger("llamaplug.engine")
 
 _MIN_STASH = 8  # fewer tokens about to be cut are not worth a copy of the sequence
+_UNBOUNDED = 2**31 - 1  # a job's limit with context shift and no max_tokens (llama.cpp's n_predict is an int32)
 
 
 class Output(NamedTuple):  # (a tuple: one is made per generated token)
@@ -47,7 +52,8 @@ class Output(NamedTuple):  # (a tuple: one is made per generated token)
 class Slot:
     """Sequence `seq` of `context`: the tokens in its KV cache (positions 0..n-1) and the job running on it."""
 
-    def __init__(self, seq: int, context: LlamaContext, logprobs: LogprobReader, n_swa: int = 0, align: int = 1):
+    def __init__(self, seq: int, context: LlamaContext, logprobs: LogprobReader, n_swa: int = 0, align: int = 1,
+                 shift: bool = False):
         self.seq = seq
         self.tokens: list[int] = []
         self.job: Job | None = None
@@ -66,6 +72,8 @@ class Slot:
         self._align = align
         self._n_ctx_seq = context.n_ctx_seq
         self._store: PrefixStore | None = None
+        self._shift = shift  # a full sequence shifts instead of ending its text request (LlamaParams.context_shift)
+        self.clean: int | None = None  # after a shift: how many leading tokens still hold what reading them gives
 
     # -- place ------------------------------------------------------------------
     def place(self, job: Job, store: PrefixStore | None) -> int:
@@ -98,6 +106,7 @@ class Slot:
             ctx.kv_cache_seq_rm(self.seq, 0, -1)
             origin = "none"
         del self.tokens[keep:]
+        self.clean = None
         self.job, self.todo, self.next = job, job.prompt[keep:] if job.media is None else [], None
         job.cached = keep
         self.origin, self.cached = origin, keep
@@ -163,10 +172,42 @@ class Slot:
         return self._n_ctx_seq - len(self.tokens)
 
     def limit(self) -> int:
-        """The tokens the job may generate: its max_tokens, else what the sequence has room for."""
+        """The tokens the job may generate: its max_tokens, else what the sequence has room for (with context
+        shift, no bound: as llama-server's, the end of generation or a stop ends it)."""
         job = self.job
         assert job is not None
-        return job.max_tokens if job.max_tokens is not None else self._n_ctx_seq - job.n_prompt
+        if job.max_tokens is not None:
+            return job.max_tokens
+        return _UNBOUNDED if self._shifts() else self._n_ctx_seq - job.n_prompt
+
+    def _shifts(self) -> bool:
+        """The job's full sequence shifts rather than ends it (media positions cannot shift: llama-server turns
+        context shift off with a projector)."""
+        return self._shift and self.job is not None and self.job.media is None
+
+    def full(self) -> bool:
+        """A generating text job's next token would fill the sequence: time to shift (llama-server's check before
+        each decode, n_tokens + 1 >= n_ctx)."""
+        return self.generating and self._shifts() and len(self.tokens) + 1 >= self._n_ctx_seq
+
+    def shift(self) -> tuple[int, int]:
+        """llama-server's context shift: drop half of the tokens after the first `keep` (n_discard = (n_past -
+        n_keep) / 2) from the cache and move the rest down; (keep, discard). The caller marks the cache edit as
+        the engine's own and tells the drafter."""
+        job = self.job
+        assert job is not None
+        # llama-server's n_keep (0) and the BOS: the tokens a shift never drops
+        keep, n = min(self._n_ctx_seq - 4, 1 if self._ctx.model.add_bos else 0), len(self.tokens)
+        left = n - keep
+        discard = max(0, min(left // 2, left - 1))
+        ctx = self._ctx
+        ctx.kv_cache_seq_rm(self.seq, keep, keep + discard)
+        ctx.kv_cache_seq_add(self.seq, keep + discard, n, -discard)
+        del self.tokens[keep:keep + discard]
+        job.shifts += 1
+        self.clean = keep
+        log.info("slot %d: context shift, n_keep = %d, n_left = %d, n_discard = %d", self.seq, keep, left, discard)
+        return keep, discard
 
     def advance(self, idx: int, forced: int | None = None) -> Output:
         """Sample the next token from logits row `idx` and apply the stop rules to it; `forced`: the token taken
@@ -208,16 +249,29 @@ class Slot:
             return text, StopReason.STOP_SEQUENCE
         if job.produced >= self.limit():
             return text, StopReason.MAX_TOKENS if job.max_tokens is not None else StopReason.CONTEXT_FULL
-        if len(self.tokens) >= self._n_ctx_seq:
+        if len(self.tokens) >= self._n_ctx_seq and not self._shifts():
             return text, StopReason.CONTEXT_FULL
         return text, None
 
     # -- release ----------------------------------------------------------------
     def release(self) -> Job | None:
-        """End the slot's request (its tokens stay for the next prompt to reuse); the job it ran."""
+        """End the slot's request (its tokens stay for the next prompt to reuse; after a shift only those before
+        it: `drop_shifted` cuts the cells after them); the job it ran."""
         job = self.job
         self.job, self.todo, self.next, self.draft = None, [], None, []
+        if self.clean is not None:
+            del self.tokens[self.clean:]
         return job
+
+    def drop_shifted(self) -> bool:
+        """An idle slot that shifted gives back the cells past what it may reuse (the caller marks the edit as the
+        engine's own); whether there was such a slot."""
+        if self.job is not None or self.clean is None:
+            return False
+        self._ctx.kv_cache_seq_rm(self.seq, self.clean, -1)
+        del self.tokens[self.clean:]
+        self.clean = None
+        return True
 
     def give_back(self, store: PrefixStore | None) -> None:
         """An idle slot's cells go back to the cache every sequence shares (kv_unified), its tokens to the host
@@ -231,3 +285,4 @@ class Slot:
     def forget(self) -> None:
         """What the cache holds for the slot is unknown (a failed decode, an outside edit): reuse nothing of it."""
         self.tokens.clear()
+        self.clean = None

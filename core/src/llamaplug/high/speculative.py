@@ -78,6 +78,11 @@ class Drafter(Protocol):
         and nothing else (what a drafted row costs here: "auto" chooses its setting from it)."""
         ...
 
+    def shifted(self, seq: int, keep: int, discard: int) -> None:
+        """The target's sequence `seq` dropped its tokens [keep, keep + discard) and moved the rest down by
+        `discard` (a context shift: engine.py); what the drafter keeps of that sequence follows or is dropped."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -249,6 +254,9 @@ class NgramDrafter:
     def decoded(self, slots: int, guesses: int, seconds: float) -> None:
         pass
 
+    def shifted(self, seq: int, keep: int, discard: int) -> None:
+        pass  # it reads the history afresh at each step
+
     def close(self) -> None:
         pass
 
@@ -362,6 +370,24 @@ class ModelDrafter:
 
     def decoded(self, slots: int, guesses: int, seconds: float) -> None:
         pass
+
+    def shifted(self, seq: int, keep: int, discard: int) -> None:
+        """The draft context's sequence shifts as the target's did (llama-server shifts both: its slot.mem), so
+        the next draft decodes only what is new; where it cannot shift, it keeps the first `keep` tokens and
+        decodes the rest again at the next draft."""
+        ctx, mine = self._ctx, self._cached[seq]
+        if len(mine) <= keep:
+            return
+        try:
+            if ctx.kv_cache_can_shift:
+                ctx.kv_cache_seq_rm(seq, keep, keep + discard)
+                ctx.kv_cache_seq_add(seq, keep + discard, len(mine), -discard)
+                del mine[keep:keep + discard]
+                return
+        except LlamaError:
+            log.debug("the draft context could not shift sequence %d", seq, exc_info=True)
+        ctx.kv_cache_seq_rm(seq, keep, -1)
+        del mine[keep:]
 
     def close(self) -> None:
         self._ctx.model.close()

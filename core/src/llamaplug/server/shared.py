@@ -108,7 +108,9 @@ def result(served: Served, index: int, done: Completion, prompt: str, settings: 
     return {**probs, "index": index, "content": done.text, "tokens": done.tokens if return_tokens else [],
             "id_slot": -1, "stop": True, "model": served.id, "tokens_predicted": done.timings.predicted_tokens,
             "tokens_evaluated": n_prompt, "generation_settings": settings, "prompt": prompt,
-            "has_new_line": "\n" in done.text, "truncated": False, "stop_type": _STOP_TYPES[reason],
+            # truncated: the context filled, the reply cut there or its oldest tokens dropped (--context-shift)
+            "has_new_line": "\n" in done.text, "stop_type": _STOP_TYPES[reason],
+            "truncated": reason is StopReason.CONTEXT_FULL or done.timings.context_shifts > 0,
             # tokens_cached is llama-server's n_past: the last token sampled is not decoded
             "stopping_word": word, "tokens_cached": n_prompt + max(0, done.timings.predicted_tokens - 1),
             "timings": timings(done.timings)}
