@@ -616,12 +616,7 @@ class ModelRegistry:
         if len(self._entries) == 1:
             raise ModelPinnedError(f"model {entry.id!r} is the only one served and cannot be removed",
                                    param="model")
-        for alias in (entry.id, *entry.aliases):  # first: no new request finds it
-            self._names.pop(alias, None)
-        del self._entries[entry.id]
-        if entry.loading is not None:
-            await asyncio.shield(entry.loading)
-        await self._unload(entry, ModelState.UNLOADED)
+        await self._forget(entry)
 
     # -- llama-server's --models-preset ----------------------------------------------------------------------
     def _take_presets(self, found: PresetModels) -> None:
@@ -690,6 +685,7 @@ class ModelRegistry:
             entry.aliases = (*entry.aliases, alias)
 
     async def _forget(self, entry: ModelEntry) -> None:
+        """Stop serving `entry`: its names and itself forgotten, then unloaded once its requests are done."""
         for alias in (entry.id, *entry.aliases):  # first: no new request finds it
             if self._names.get(alias) is entry:
                 del self._names[alias]
