@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from llamaplug_testing import THREADS, free_port, llamaplug_server, post_status
@@ -272,9 +272,10 @@ def _tokenize(port: int, model: str, timeout: float = 60) -> int:
         return resp.status
 
 
-def _queue_client_leaves(port: int) -> dict:
+def _queue_client_leaves(port: int, queued: Callable[[int, str, float], object] = _tokenize) -> dict:
     """The suite's test_router_queue_client_disconnect_keeps_model, timed: with --models-max 1, a request for
-    `busy` holds its model (2 s of fake timing), one for `other` queues behind it, its client leaving after 1 s."""
+    `busy` holds its model (2 s of fake timing), one for `other` (`queued`) queues behind it, its client leaving
+    after 1 s."""
     started = time.monotonic()
     post_status(port, "/models/load", {"model": "busy"})
     _wait_loaded(port, "busy")
@@ -290,7 +291,7 @@ def _queue_client_leaves(port: int) -> dict:
     thread.start()
     time.sleep(0.5)
     try:
-        _tokenize(port, "other", timeout=1)
+        queued(port, "other", 1)
         gave_up = False
     except OSError:  # (TimeoutError: urllib closes the connection)
         gave_up = True
@@ -320,3 +321,25 @@ def test_fake_timing_and_a_client_leaving_the_queue_as_llama_servers_router(nati
     assert theirs == {"load_took_2s": True, "busy": (200, True), "gave_up": True,
                       "states": {"busy": "loaded", "other": "unloaded"}}
     assert ours == theirs
+
+
+def _ollama_generate(port: int, model: str, timeout: float) -> int:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/api/generate", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"model": model, "prompt": "hi", "stream": False,
+                                                  "options": {"num_predict": 1}}).encode())
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.status
+
+
+def test_an_ollama_client_leaving_the_queue_costs_the_busy_model_nothing(smollm2_path, tmp_path, monkeypatch):
+    """The same with the queued request on Ollama's /api/generate, whose routes take their lease themselves
+    (llama-server has no Ollama API: what the test above showed of its router is the reference)."""
+    models = tmp_path / "models"
+    models.mkdir()
+    for name in ("busy.gguf", "other.gguf"):
+        (models / name).symlink_to(smollm2_path)
+    monkeypatch.setenv(*next(iter(FAKE_TIMING.items())))
+    with llamaplug_server(None, "--models-dir", str(models), "-c", "512", "-np", "1", "--models-max", "1") as (port, _):
+        ours = _queue_client_leaves(port, _ollama_generate)
+    assert ours == {"load_took_2s": True, "busy": (200, True), "gave_up": True,
+                    "states": {"busy": "loaded", "other": "unloaded"}}

@@ -18,7 +18,7 @@ nobody waits for any more is called off (registry.lease's `gone`).
 
 import dataclasses
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
 from fastapi import Request
@@ -31,12 +31,17 @@ class NamesAModel(Protocol):
     model: str | None
 
 
+def client_gone(request: Request) -> Callable[[], Awaitable[None]]:
+    """What a lease waits on to stop waiting for its model's load: the request's client going away."""
+    return functools.partial(disconnected, request)
+
+
 def served_model(body_type: type[NamesAModel]) -> Callable[..., AsyncIterator[Served]]:
     """The dependency resolving the model that a `body_type` body names."""
 
     async def resolve(request: Request, body: body_type) -> AsyncIterator[Served]:  # type: ignore[valid-type]
         keep_alive = parse_keep_alive(getattr(body, "keep_alive", None))
-        async with models(request).lease(body.model, keep_alive, functools.partial(disconnected, request)) as served:
+        async with models(request).lease(body.model, keep_alive, client_gone(request)) as served:
             # The reply names the model as the request did (an alias, an id without .gguf), as llama-server does.
             yield served if not body.model or body.model == served.id else dataclasses.replace(served, id=body.model)
 
@@ -46,7 +51,7 @@ def served_model(body_type: type[NamesAModel]) -> Callable[..., AsyncIterator[Se
 async def queried_model(request: Request, model: str | None = None) -> AsyncIterator[Served]:
     """For routes without a body (GET /props, /slots): the model named by `?model=` (llama-server's router
     mode), else the default one, leased as `served_model` leases it."""
-    async with models(request).lease(model, gone=functools.partial(disconnected, request)) as served:
+    async with models(request).lease(model, gone=client_gone(request)) as served:
         yield served
 
 

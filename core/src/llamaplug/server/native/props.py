@@ -30,7 +30,7 @@ from fastapi import Body, Depends, Query, Request
 from ...high import saved_state
 from ...high.chat_template import ChatTemplate
 from ..api_error import ModelNotLoadedError
-from ..deps import models, queried_model
+from ..deps import client_gone, models, queried_model
 from ..dialects import NATIVE
 from ..errors import ERROR_RESPONSES, BadRequestError, NotSupportedError, ServerFaultError
 from ..registry import ModelRegistry, Served
@@ -56,7 +56,7 @@ async def props(request: Request, model: str | None = None) -> dict[str, Any]:
     try:
         return props_of(request.app.state, registry.resolve(model))
     except ModelNotLoadedError:
-        async with registry.lease(model) as served:
+        async with registry.lease(model, gone=client_gone(request)) as served:
             return props_of(request.app.state, served)
 
 

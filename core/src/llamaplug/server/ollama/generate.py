@@ -27,7 +27,7 @@ from ...high.events import achunks, agather_chunks
 from ...high.infill import infill_tokens
 from ...high.jobs import collect, completion_job
 from ...high.llama import Llama
-from ..deps import models, token_limit
+from ..deps import client_gone, models, token_limit
 from ..dialects import OLLAMA
 from ..errors import BadRequestError
 from ..registry import ModelRegistry, Served, parse_keep_alive
@@ -63,7 +63,7 @@ def leased(body_type: type[ChatRequest | GenerateRequest | EmbedRequest | Embedd
             return
         if isinstance(body, GenerateRequest):
             _check_generate(body)  # before the load: a refused request does not load its model
-        async with registry.lease(ident, keep_alive) as served:
+        async with registry.lease(ident, keep_alive, client_gone(request)) as served:
             yield Leased(served, ident, keep_alive, started, time.perf_counter_ns() - started)
 
     # FastAPI reads `body`'s type from the annotations, which `from __future__ import annotations` makes text
