@@ -494,6 +494,11 @@ def test_llamaplug_serve_ray_deploys_on_a_cluster(cluster, ingress, plain, smoll
             code = None
         _deploy(smollm2_path, ray_cache)  # the module's two replicas again, for the tests that run after this one
     assert code == 0, proc.stderr.read()[-3000:]  # was 134: Ray's C handler aborted the driver
+    # serve.run returns once the app runs; the ingress's router may hear of the second replica a moment later (on
+    # the loaded 2-core machine all 16 probes once went to the first)
+    deadline = time.monotonic() + 60
+    while len(_replicas(ingress)) < 2 and time.monotonic() < deadline:
+        time.sleep(1)
     assert len(_replicas(ingress)) == 2
 
 
