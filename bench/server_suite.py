@@ -249,7 +249,11 @@ def stand_ins(pinned: Path, model: Path, folder: Path, cache: Path) -> dict[str,
         (repo_dir / "refs").mkdir(exist_ok=True)
         (repo_dir / "refs" / "main").write_text("0" * 40)
         if not (snapshot / name).exists():
-            (snapshot / name).symlink_to(model)
+            # a link of its own, never a symlink: llama-server's DELETE /models removes what a symlink points to
+            try:
+                os.link(model, snapshot / name)
+            except OSError:  # (another file system)
+                shutil.copyfile(model, snapshot / name)
     return {"SUITE_MODEL": str(model),
             "SUITE_EMBED": str(gguf_path(pinned)),
             "SUITE_RERANK": str(reranker),
