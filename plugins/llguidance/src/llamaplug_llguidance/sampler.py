@@ -10,10 +10,10 @@ llguidance's JSON-schema compiler recurses once per level of the schema, a local
 what it points at, with up to 4.5 KB of stack a level (1.9.1: 1,880 nested arrays, or a chain of 920 `$defs` each
 an object whose property is a `$ref` to the next, overflow an 8 MiB thread stack and kill the process). So a
 grammar (grammar text, or a schema of more than INLINE_DEPTH levels) is compiled on a thread of its own with
-COMPILE_STACK of stack (reserved, touched only as deep as the compiler goes), and a schema deeper than MAX_DEPTH, which that stack holds with room to spare, is refused here by
-name before llguidance sees it; llguidance's own bound (50,000 compiled subschemas: "schema too large") refuses
-deeper ones anyway. The schema is given to llguidance as a dict, not as JSON text: its text reader (serde_json)
-stops at 128 levels ("recursion limit exceeded").
+COMPILE_STACK of stack (reserved, touched only as deep as the compiler goes), and a schema deeper than MAX_DEPTH,
+which that stack holds with room to spare, is refused here by name before llguidance sees it; llguidance's own bound
+(50,000 compiled subschemas: "schema too large") refuses deeper ones anyway. The schema is given to llguidance as
+a dict, not as JSON text: its text reader (serde_json) stops at 128 levels ("recursion limit exceeded").
 """
 
 from __future__ import annotations
@@ -208,13 +208,16 @@ def grammar_of(json_schema: Any = None, lark: str | None = None,
 def compiled(tokenizer: Any, grammar: str | dict[str, Any], inline: bool = False) -> Any:
     """llguidance's matcher of `grammar`, compiled on a thread with COMPILE_STACK of stack (see the module's doc), or
     on this one where `inline`."""
-    if inline:
+    def matcher() -> Any:
         return llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=LIMITS)
+
+    if inline:
+        return matcher()
     done: dict[str, Any] = {}
 
     def compile_() -> None:
         try:
-            done["matcher"] = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=LIMITS)
+            done["matcher"] = matcher()
         except BaseException as exc:  # re-raised on the caller's thread
             done["error"] = exc
 
