@@ -4,6 +4,7 @@ drafting parameters."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
@@ -52,6 +53,41 @@ _SPEC_TYPES = {"auto": "auto", "none": "none", "ngram-mod": "ngram-mod", "ngram-
                "draft-simple": "draft-simple"}
 _SPEC_TYPES_NOT_HERE = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-map-k", "ngram-map-k4v",
                         "ngram-cache")
+
+
+def model_fields(args: argparse.Namespace) -> dict[str, object]:
+    """LlamaParams' fields from serve's flags (all but the log level): what `serve` gives each model it loads, and
+    what a --models-preset section's flags give its own."""
+    from ..errors import InvalidParameterError
+    from ..params import ContextParams
+
+    # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
+    base: dict[str, object] = {"n_ctx": args.ctx_size, "n_seq_max": args.parallel, "cache_ram_mib": args.cache_ram,
+                               "n_gpu_layers": args.n_gpu_layers, "seed": args.seed,
+                               "structured_engine": args.structured_engine, "kv_unified": args.kv_unified,
+                               "context_shift": args.context_shift}
+    if args.threads:
+        base["n_threads"] = args.threads
+    if args.cache_dir:
+        # absolute: Ray replicas do not run in this directory
+        base.update(cache_dir=os.path.abspath(args.cache_dir), cache_disk_mib=args.cache_disk_mib)
+    if args.rpc:
+        base["rpc_servers"] = [e.strip() for given in args.rpc for e in given.split(",") if e.strip()]
+    if args.n_batch:
+        base["n_batch"] = args.n_batch
+    if args.n_ubatch:
+        # refused rather than clamped to n_batch as llama.cpp would: nothing given is silently changed
+        n_batch = args.n_batch or ContextParams.model_fields["n_batch"].default
+        if args.n_ubatch > n_batch:
+            raise InvalidParameterError(f"-ub {args.n_ubatch} is more than -b {n_batch} (n_batch): a physical batch "
+                                        "is at most the logical one; lower -ub or raise -b", field="n_ubatch")
+        base["n_ubatch"] = args.n_ubatch
+    if args.cache_exact:
+        base["cache_exact"] = True
+    if args.flash_attn:
+        base["flash_attn_type"] = args.flash_attn
+    base.update(draft_params(args))
+    return base
 
 
 def draft_params(args: argparse.Namespace) -> dict[str, object]:

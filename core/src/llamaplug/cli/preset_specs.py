@@ -33,7 +33,7 @@ from ..errors import LlamaError
 from ..serve_flags import LLAMA_ARG_ENV, LLAMA_SERVER_FLAGS
 from ..server.model_specs import ModelSpec, spec_for_file, split_names
 from ..server.presets import FALSE, TRUE, Option, PresetError, PresetModels, Section, is_truthy, read_ini
-from .options import REQUEST_DEFAULTS, chat_settings, draft_params, request_defaults
+from .options import REQUEST_DEFAULTS, chat_settings, model_fields, request_defaults
 
 log = logging.getLogger("llamaplug.server.presets")
 
@@ -46,10 +46,9 @@ RESERVED = {"--ssl-key-file", "--ssl-cert-file", "--api-key", "--api-key-file", 
             "--models-preset", "--models-autoload", "--no-models-autoload", "--host", "--port"}
 MODEL_FLAGS = {"-m", "--model", "-hf", "-hfr", "--hf-repo"}
 DRAFT_HUB_FLAGS = {"--spec-draft-hf", "-hfd", "-hfrd", "--hf-repo-draft"}
-# serve's flags a preset gives its own model: dest -> LlamaParams field
-FIELDS = {"ctx_size": "n_ctx", "parallel": "n_seq_max", "n_gpu_layers": "n_gpu_layers", "threads": "n_threads",
-          "n_batch": "n_batch", "n_ubatch": "n_ubatch", "seed": "seed", "flash_attn": "flash_attn_type",
-          "cache_ram": "cache_ram_mib", "kv_unified": "kv_unified"}
+# serve's flags a preset gives its own model (their dests; options.model_fields reads them)
+FIELDS = {"ctx_size", "parallel", "n_gpu_layers", "threads", "n_batch", "n_ubatch", "seed", "flash_attn", "cache_ram",
+          "kv_unified"}
 DRAFT = {"draft_model", "spec_type", "spec", "draft_max", "draft_min", "draft_p_min", "ngram_size", "ngram_mod_n_match",
          "ngram_mod_n_min", "ngram_mod_n_max", "draft_synth_rates", "draft_synth_len"}
 OWN = {"alias", "tags", "mmproj", "pooling", "chat_template", "chat_template_file"}
@@ -221,13 +220,8 @@ def _spec(path: Path, serve: _Raising, section: Section, options: dict[str, tupl
         if getattr(args, "draft_model", None) is None:
             merged.draft_model = draft
             given_dests.add("draft_model")
-    fields = dict(base)
-    for dest, field in FIELDS.items():
-        if dest in given_dests and getattr(merged, dest) is not None:
-            fields[field] = getattr(merged, dest)
     try:
-        if given_dests & DRAFT:
-            fields.update(draft_params(merged))
+        fields = {**base, **model_fields(merged)}  # (merged is the command line but where the preset gave its own)
         template = chat_settings(merged)[0]
         sampling = request_defaults(merged)
         spec = spec_for_file(model, fields, None, mmproj=getattr(merged, "mmproj", None) if "mmproj" in given_dests

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from .options import chat_settings, draft_params, request_defaults
+from .options import chat_settings, model_fields, request_defaults
 from .run import model_path
 from .startup import started
 
@@ -69,7 +69,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from ..catalog import default_model
     from ..errors import InvalidParameterError, LlamaError
-    from ..params import ContextParams
 
     if not args.models_dir and not args.ray:  # the -m models load with the default backends
         from ..blocks.backend import probe_ahead
@@ -98,32 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
                                     for h in args.host.split(",")):
         serve_log.log.warning("serving on %s, not loopback, without --api-key: anyone who reaches it can use it",
                               args.host)
-    # As llama-server: -c is the whole KV cache, each slot holds c / parallel positions.
-    base: dict[str, object] = {"n_ctx": args.ctx_size, "n_seq_max": args.parallel, "cache_ram_mib": args.cache_ram,
-                               "log_level": native_log, "n_gpu_layers": args.n_gpu_layers, "seed": args.seed,
-                               "structured_engine": args.structured_engine, "kv_unified": args.kv_unified,
-                               "context_shift": args.context_shift}
-    if args.threads:
-        base["n_threads"] = args.threads
-    if args.cache_dir:
-        # absolute: Ray replicas do not run in this directory
-        base.update(cache_dir=os.path.abspath(args.cache_dir), cache_disk_mib=args.cache_disk_mib)
-    if args.rpc:
-        base["rpc_servers"] = [e.strip() for given in args.rpc for e in given.split(",") if e.strip()]
-    if args.n_batch:
-        base["n_batch"] = args.n_batch
-    if args.n_ubatch:
-        # refused rather than clamped to n_batch as llama.cpp would: nothing given is silently changed
-        n_batch = args.n_batch or ContextParams.model_fields["n_batch"].default
-        if args.n_ubatch > n_batch:
-            raise InvalidParameterError(f"-ub {args.n_ubatch} is more than -b {n_batch} (n_batch): a physical batch "
-                                        "is at most the logical one; lower -ub or raise -b", field="n_ubatch")
-        base["n_ubatch"] = args.n_ubatch
-    if args.cache_exact:
-        base["cache_exact"] = True
-    if args.flash_attn:
-        base["flash_attn_type"] = args.flash_attn
-    base.update(draft_params(args))
+    base: dict[str, object] = {"log_level": native_log, **model_fields(args)}
     given = (args.model or []) + (args.hf_repo or [])
     files = [model_path(m) for m in given] or ([] if args.models_dir or args.models_preset
                                                else [default_model(args.catalog)])
