@@ -51,7 +51,6 @@ from ..high.template_probe import probe_chat_template
 from ..params import LlamaParams
 from . import allocator, fake_timing
 from .api_error import (
-    ClientGoneError,
     ModelExistsError,
     ModelLoadError,
     ModelNotAutoloadedError,
@@ -67,6 +66,7 @@ from .preload import load_warmed
 from .presets import PresetError, PresetModels
 from .queue_limit import DEFAULT_MAX_QUEUE, QueueLimit
 from .served import ModelEntry, ModelState, Served, own_pooling
+from .streaming import unless
 
 log = logging.getLogger("llamaplug.server.registry")
 
@@ -286,16 +286,9 @@ class ModelRegistry:
         self._check_queue(True)
         if gone is None:
             return await self._wait_loaded(entry)
-        waiting = asyncio.ensure_future(self._wait_loaded(entry))
-        left = asyncio.ensure_future(gone())
-        try:
-            done, _ = await asyncio.wait({waiting, left}, return_when=asyncio.FIRST_COMPLETED)
-        finally:  # (also when this request's own task is cancelled)
-            left.cancel()
-            waiting.cancel()  # a no-op once it is done; else it stops waiting before it takes a lease
-        if waiting not in done:
-            raise ClientGoneError(f"the client went away while its request waited for model {entry.id!r}")
-        return waiting.result()
+        # (a wait called off stops before it takes a lease)
+        return await unless(gone(), self._wait_loaded(entry),
+                            f"the client went away while its request waited for model {entry.id!r}")
 
     async def _wait_loaded(self, entry: ModelEntry) -> Served:
         """Wait for `entry` to be loaded (starting its load if none runs), then take a lease on it."""
