@@ -31,19 +31,23 @@ import asyncio
 import base64
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidParameterError
 from .api_error import BadRequestError
+from .request_body import OFF_LOOP
 
 PREFIX = "file://"
 # Paths whose bodies are no request to this server's APIs: /cors-proxy forwards its body to another server as it is
 NOT_MEDIA = frozenset({"/cors-proxy"})
-_OFF_LOOP = 1 << 20  # bytes: a body this big is parsed in a worker thread (as request_body.check_json)
 # OpenAI's media part types, whose value (or its "url" / "data") is a media URL
-_PART_TYPES = ("image_url", "input_audio", "input_video", "video_url")
+MEDIA_PARTS = ("image_url", "input_audio", "input_video", "video_url")
+# A JSON string may spell a letter of "file:" as a \u escape (\u0066ile:), and only that way: a body with neither
+# "file:" nor one of these escapes names no file (most bodies with escaped non-ASCII text are spared a parse)
+_ESCAPED = re.compile(rb"\\u00(?:6[569cC]|3[aA])")
 _RESERVED = frozenset(':*?"<>|\ufeff\ufffd\uff0e\u2215\u2216\x7f')
 
 
@@ -61,9 +65,9 @@ async def local_media(body: bytes, folder: Path | None) -> bytes:
     """`body` with every media `file://` URL replaced by the file's bytes in base64 (read from inside `folder`);
     BadRequestError naming the field when one is refused. A body that is no JSON, or names no file, is given back
     as it is."""
-    if b"file:" not in body and b"\\u" not in body:  # (a JSON string may spell "file://" with \u escapes)
+    if b"file:" not in body and not _ESCAPED.search(body):
         return body
-    if len(body) > _OFF_LOOP:
+    if len(body) > OFF_LOOP:
         return await asyncio.to_thread(_localized, body, folder)
     return _localized(body, folder)
 
@@ -153,7 +157,7 @@ def _file_urls(value: Any) -> list[tuple[Any, Any, str]]:
             continue
         dot = f"{at}." if at else ""
         kind = item.get("type")
-        if kind in _PART_TYPES and kind in item:
+        if kind in MEDIA_PARTS and kind in item:
             spec = item[kind]
             if isinstance(spec, dict):
                 for key in ("url", "data"):

@@ -18,7 +18,7 @@ from starlette.types import Message, Receive
 
 from .errors import BadRequestError
 
-_OFF_LOOP = 1 << 20  # bytes: a body this big is checked in a worker thread, not on the event loop
+OFF_LOOP = 1 << 20  # bytes: a body this big is read in a worker thread, not on the event loop
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
 # What a body must contain to hold one of the values refused (the cheap test before a full parse; bytes.find
 # and bytes.translate, not a regular expression: 8 MiB took a regex 1.4 s, holding the GIL).
@@ -61,7 +61,7 @@ def replay(body: bytes, receive: Receive) -> Receive:
 async def check_json(body: bytes) -> None:
     """BadRequestError if `body` is JSON holding NaN, an infinity, a number past a double's range or a lone surrogate.
     Any other fault (not JSON at all, say) is left to the route's own parse and its 400."""
-    if len(body) > _OFF_LOOP:
+    if len(body) > OFF_LOOP:
         await asyncio.to_thread(_check, body)
     else:
         _check(body)

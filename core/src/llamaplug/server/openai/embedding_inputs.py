@@ -28,10 +28,10 @@ import os
 from typing import Any
 
 from ..errors import BadRequestError
+from ..media_path import MEDIA_PARTS
 from ..shared import mixed_tokens
 
 DEFAULT_MARKER = "<__media__>"  # libmtmd's default marker, which llama-server uses where LLAMA_MEDIA_MARKER is set
-MEDIA_PARTS = ("image_url", "input_audio", "input_video", "video_url")
 
 
 @dataclasses.dataclass(frozen=True)
