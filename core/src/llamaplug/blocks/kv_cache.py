@@ -83,7 +83,7 @@ class KvCache(NativeHandle):
         by -n; n_past then follows sequence 0's new end, so decoding goes on after it.
         """
         self._check_seq(seq_id)
-        if not lib.llama_memory_can_shift(self._memory):
+        if not self.kv_cache_can_shift:
             raise InvalidParameterError("this model's memory cannot shift positions", field="delta")
         lib.llama_memory_seq_add(self._memory, seq_id, p0, p1, delta)
         self.epoch += 1
@@ -91,6 +91,12 @@ class KvCache(NativeHandle):
             self.n_past = int(lib.llama_memory_seq_pos_max(self._memory, 0)) + 1
 
     kv_cache_seq_shift = kv_cache_seq_add
+
+    def kv_cache_seq_discard(self, seq_id: int, keep: int, n: int, end: int) -> None:
+        """The sliding window in one step (a context shift): drop [keep, keep + n) of `seq_id` and move
+        [keep + n, end) down by n."""
+        self.kv_cache_seq_rm(seq_id, keep, keep + n)
+        self.kv_cache_seq_add(seq_id, keep + n, end, -n)
 
     @property
     def kv_cache_can_shift(self) -> bool:

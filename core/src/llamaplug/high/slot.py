@@ -200,9 +200,7 @@ class Slot:
         keep, n = min(self._n_ctx_seq - 4, 1 if self._ctx.model.add_bos else 0), len(self.tokens)
         left = n - keep
         discard = max(0, min(left // 2, left - 1))
-        ctx = self._ctx
-        ctx.kv_cache_seq_rm(self.seq, keep, keep + discard)
-        ctx.kv_cache_seq_add(self.seq, keep + discard, n, -discard)
+        self._ctx.kv_cache_seq_discard(self.seq, keep, discard, n)
         del self.tokens[keep:keep + discard]
         job.shifts += 1
         self.clean = keep

@@ -378,14 +378,10 @@ class ModelDrafter:
         ctx, mine = self._ctx, self._cached[seq]
         if len(mine) <= keep:
             return
-        try:
-            if ctx.kv_cache_can_shift:
-                ctx.kv_cache_seq_rm(seq, keep, keep + discard)
-                ctx.kv_cache_seq_add(seq, keep + discard, len(mine), -discard)
-                del mine[keep:keep + discard]
-                return
-        except LlamaError:
-            log.debug("the draft context could not shift sequence %d", seq, exc_info=True)
+        if ctx.kv_cache_can_shift:
+            ctx.kv_cache_seq_discard(seq, keep, discard, len(mine))
+            del mine[keep:keep + discard]
+            return
         ctx.kv_cache_seq_rm(seq, keep, -1)
         del mine[keep:]
 
