@@ -9,7 +9,8 @@ Here llamaplug stays loaded in this process and every repetition alternates (in
 ABC CBA order) with one `llama-bench -p 0 -n 128 -r 1` run, a second or two each:
 
 - native: llama-bench's tg128 (random tokens from position 0, as llama-bench feeds them);
-- raw: the same loop from Python, llama_decode through llamaplug.raw, no llamaplug code;
+- raw: the same loop from Python, llama_decode through llamaplug.raw, no llamaplug code (on the engine's
+  thread, Engine.call);
 - create_completion: the public API, greedy, after the bench's short prompt.
 
 The median of the per-pair ratios, with quartiles, is printed: raw/native is the
@@ -73,7 +74,9 @@ def main() -> int:
         c = llama.create_completion(prompt, max_tokens=n + 1)  # n decodes after the prompt
         return n / (c.timings.predicted_ms / 1e3)
 
-    runs = {"native": native, "raw": raw, "create_completion": create_completion}
+    # raw decodes on the engine's thread, where create_completion's do: decodes from a second thread would
+    # give OpenMP a second team and slow both (high/engine.py)
+    runs = {"native": native, "raw": lambda: llama.engine.call(raw), "create_completion": create_completion}
     for fn in runs.values():
         fn()  # warm-up
     rates: dict[str, list[float]] = {k: [] for k in runs}

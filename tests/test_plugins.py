@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from llamaplug_testing import run_isolated as child
@@ -330,12 +331,14 @@ class FakeMedia:
     """Takes *.fake projector files; *.bad ones it cannot read."""
 
     opened: list[FakeProjector] = []
+    threads: list[str] = []  # where each was opened (a real projector's opening encodes: its warm-up)
 
     @lp.hookimpl
     def llamaplug_open_projector(path, model, params):
         if path.suffix != ".fake":
             return None
         FakeMedia.opened.append(FakeProjector(model))
+        FakeMedia.threads.append(threading.current_thread().name)
         return FakeMedia.opened[-1]
 
     @lp.hookimpl
@@ -357,10 +360,12 @@ def test_a_projector_plugin_makes_the_chat_prompt_of_media_messages(fake_plugins
 
     fake_plugins.add(FakeMedia, "fake-media")
     FakeMedia.opened.clear()
+    FakeMedia.threads.clear()
     params = lp.LlamaParams(model_path=smollm2_path, mmproj_path=tmp_path / "p.fake", n_ctx=512, n_threads=THREADS)
     with lp.Llama.load(params) as llama:
         [projector] = FakeMedia.opened
         assert isinstance(projector, Projector) and projector.model is llama.model
+        assert FakeMedia.threads == ["llamaplug-engine"]  # opened where every compute runs (high/engine.py)
         media = llama.create_chat_completion(IMAGE_TURN, max_tokens=6)
         [prompt] = projector.prompts
         assert isinstance(prompt, MediaPrompt) and prompt.evaluated == [(0, 0)]  # the engine evaluated it

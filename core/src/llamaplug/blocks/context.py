@@ -255,15 +255,17 @@ class LlamaContext(ContextState, ContextAdapters):
                                "cannot decode until it is loaded again, once the server is back")
 
     def warm_up(self) -> None:
-        """One decode of [BOS, EOS], then an empty cache, as llama.cpp's tools run before they report ready:
-        the first decode's own costs (the weights paged in from the mapped file, first-use allocations in the
-        backends) are paid here, not by the first request. A model without a decoder is left as it is."""
+        """One decode of [BOS, EOS] at position 0, then an empty cache, as llama.cpp's tools run before they
+        report ready: the first decode's own costs (the weights paged in from the mapped file, first-use
+        allocations in the backends) are paid here, not by the first request. The cache is emptied first too
+        (llama.cpp refuses position 0 after a sequence's tokens). A model without a decoder is left as it is."""
         model = self.model
         if not model.has_decoder or model.has_encoder:
             return
         tokens = [t for t in (model.bos, model.eos) if t is not None and t >= 0] or [0]
         batch = LlamaBatch(len(tokens), 1)
         batch.add_sequence(tokens, 0, False)
+        self.clear_cache()
         try:
             self.decode(batch)
         finally:

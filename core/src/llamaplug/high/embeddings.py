@@ -128,7 +128,7 @@ def embed(llama: Llama, texts: Any, normalize: bool = True, pooling: Any = None,
                                         f"(media_prompt), got {type(text).__name__}", field=f"texts[{i}]")
         tokenized.append(_fit(tokens, ctx.n_batch, f"texts[{i}]", truncate))
     pooled = iter(_run(llama, ctx, tokenized, kind, llama.model.n_embd_out) if tokenized else [])
-    out = [_run_media(ctx, media[i], llama.model.n_embd_out) if i in media else next(pooled)
+    out = [_run_media(llama, ctx, media[i]) if i in media else next(pooled)
            for i in range(len(texts))]
     if normalize:
         out = [v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12) for v in out]
@@ -195,7 +195,7 @@ def _run(llama: Llama, ctx: LlamaContext, tokenized: list[list[int]], kind: Pool
     def flush() -> None:
         checkpoint()
         ctx.clear_cache()
-        (ctx.encode if encoder_only else ctx.decode)(batch)
+        llama.engine.call(lambda: (ctx.encode if encoder_only else ctx.decode)(batch))  # (engine.py: one thread)
         row = 0
         for seq, index in enumerate(group):
             n = len(tokenized[index])
@@ -216,13 +216,13 @@ def _run(llama: Llama, ctx: LlamaContext, tokenized: list[list[int]], kind: Pool
     return [p for p in pooled if p is not None]
 
 
-def _run_media(ctx: LlamaContext, prompt: MediaPrompt, n_out: int) -> np.ndarray:
+def _run_media(llama: Llama, ctx: LlamaContext, prompt: MediaPrompt) -> np.ndarray:
     """The pooled vector of a prompt with media: evaluated alone into sequence 0 (its chunks, each its own decode),
     then llama.cpp's pooling of the last decode's tokens (the text after the last media)."""
     checkpoint()
     ctx.clear_cache()
-    prompt.eval(ctx, 0, 0, ctx.n_batch, True)
-    return ctx.get_embeddings_seq(0)[:n_out].copy()
+    llama.engine.call(lambda: prompt.eval(ctx, 0, 0, ctx.n_batch, True))
+    return ctx.get_embeddings_seq(0)[:llama.model.n_embd_out].copy()
 
 
 def _encoder_only(model: LlamaModel) -> bool:

@@ -35,16 +35,24 @@ slot in an `AdmissionPolicy` (scheduler.py); a new share of the batch between sl
 Callers never touch the context: they hand the engine a `Job` and get its
 events through the job's `sink` (a queue's put for threads, a
 call_soon_threadsafe for asyncio), on the worker thread.
+
+The worker is also the only thread that computes for this Llama (`call`: the embedding contexts' decodes, the
+warm-up, the projector's first encode). The CPU backend's threads are OpenMP's, and OpenMP keeps a team of them
+for each thread that ever computed: once their count passes the cores, every barrier between graph nodes sleeps
+instead of spinning, for as long as the process lives (one embedding computed on the caller's thread made this
+engine's generation a quarter slower for good, 2 cores, 2 threads). llama-server computes on one thread too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from ..blocks.context import LlamaContext
 from ..errors import ClosedError, EngineError, InvalidParameterError
@@ -59,6 +67,26 @@ from .speculative import Drafter, SynthAcceptance
 from .stats import EngineStats as EngineStats  # its home was here
 
 log = logging.getLogger("llamaplug.engine")
+T = TypeVar("T")
+
+
+class _Call:
+    """A function another thread gave the worker (Engine.call), run between two steps in the caller's context
+    (its cancellation flag, blocks/cancellation.py, comes along)."""
+
+    def __init__(self, fn: Callable[[], object]):
+        self.fn, self.context = fn, contextvars.copy_context()
+        self.done = threading.Event()
+        self.result: object = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.context.run(self.fn)
+        except BaseException as exc:  # noqa: BLE001 - the caller's to raise, on its own thread
+            self.error = exc
+        finally:
+            self.done.set()
 
 
 class Engine:
@@ -97,6 +125,8 @@ class Engine:
         self._waiting: deque[Job] = deque()
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._calls: list[_Call] = []
+        self._worker_gone = False  # the worker ended (a close, a failure): `call` runs on the caller's thread
         self._closed = False
         self._closing = ClosedError("this Llama was closed while the request ran")  # what running jobs end with
         self._turn = 0  # which prefilling slot goes first, so long prompts share the room fairly
@@ -153,11 +183,34 @@ class Engine:
             self._waiting.append(job)
             self.stats.requests += 1
             self.stats.waiting = len(self._waiting)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="llamaplug-engine", daemon=True)
-                self._thread.start()
+            self._start()
             self._cv.notify()
         return job
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """`fn()` run on the worker thread, between two steps, for its result (its exception raised here).
+
+        For native work of this Llama's outside the engine's context (see the module: one thread computes). On
+        the worker itself, or once it has ended (a close, a failure), `fn` runs here and now."""
+        with self._cv:
+            here = self._worker_gone or threading.current_thread() is self._thread
+            if not here:
+                call = _Call(fn)
+                self._calls.append(call)
+                self._start()
+                self._cv.notify()
+        if here:
+            return fn()
+        call.done.wait()
+        if call.error is not None:
+            raise call.error
+        return call.result  # type: ignore[return-value]
+
+    def _start(self) -> None:
+        """Start the worker if it has not started (lock held)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="llamaplug-engine", daemon=True)
+            self._thread.start()
 
     def wake(self) -> None:
         with self._cv:
@@ -208,12 +261,28 @@ class Engine:
     # -- the worker ----------------------------------------------------------
     def _run(self) -> None:
         try:
+            self._loop()
+        finally:
+            with self._cv:  # calls given from now on run on their callers' threads; the ones given, here
+                self._worker_gone = True
+                calls, self._calls = self._calls, []
+            for call in calls:
+                call.run()
+
+    def _loop(self) -> None:
+        try:
             while True:
                 with self._cv:
-                    while not self._closed and not self._waiting and not self._busy():
+                    while not self._closed and not self._waiting and not self._busy() and not self._calls:
                         self._cv.wait()
                     if self._closed:
                         break
+                    calls, self._calls = self._calls, []
+                    stepping = bool(self._waiting) or self._busy()
+                for call in calls:
+                    call.run()
+                if not stepping:
+                    continue
                 with self._stepping:
                     try:
                         self._forget_if_touched()

@@ -92,7 +92,6 @@ class Llama:
             context = LlamaContext(model, context_params)
             for path, scale in params.lora:
                 context.set_lora(LoraAdapter.load(model, path), scale)
-            projector = _open_projector(params, model)
             drafter = _open_drafter(params, model, context)
             try:
                 _synth_rates(params, drafter)  # a bad setting is said before the Llama is made
@@ -104,7 +103,12 @@ class Llama:
             model.close()
             raise
         llama = cls(params, backend, model, context, drafter)
-        llama._projector = projector
+        if params.mmproj_path is not None:
+            try:  # opening it encodes once (its warm-up): on the engine's thread, as every compute (engine.py)
+                llama._projector = llama._engine.call(lambda: _open_projector(params, model))
+            except BaseException:
+                llama.close()
+                raise
         return llama
 
     @classmethod
@@ -166,7 +170,11 @@ class Llama:
 
     def warm_up(self) -> None:
         """Run one decode now and forget it (as llama-server before it says ready), so that the first request
-        does not pay the first decode's costs: the weights paged in, the backends' first-use work."""
+        does not pay the first decode's costs: the weights paged in, the backends' first-use work. On the
+        engine's thread, as every decode of this Llama's (engine.py)."""
+        self._engine.call(self._warm_up)
+
+    def _warm_up(self) -> None:
         with self._engine.idle("warm_up") as slots:
             for mine in slots:
                 mine.clear()  # the warm-up empties the cache
