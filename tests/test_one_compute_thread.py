@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
+import time
 
 import pytest
 from fixtures.tiny_gguf import write_tiny_reranker
@@ -20,6 +21,7 @@ import llamaplug as lp
 from llamaplug.blocks.cancellation import CancelFlag
 from llamaplug.blocks.context import LlamaContext
 from llamaplug.errors import RequestCancelledError
+from llamaplug.high import engine as engine_module
 
 
 @pytest.fixture
@@ -121,3 +123,28 @@ def test_after_close_call_runs_on_the_callers_thread(smollm2_path):
     llama.create_completion("Hi", max_tokens=1)
     llama.close()
     assert llama.engine.call(threading.get_ident) == threading.get_ident()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts the process's threads in /proc (Linux)")
+def test_an_idle_engine_ends_its_thread_and_its_openmp_team(smollm2_path, monkeypatch):
+    """A second Llama in the process (an embedding model beside the chat one) leaves no team behind once idle:
+    its worker ends after IDLE_EXIT_S, and the next request starts another."""
+    monkeypatch.setattr(engine_module, "IDLE_EXIT_S", 0.2, raising=False)
+    base = _threads()
+    with lp.Llama.load(lp.LlamaParams(smollm2_path, n_ctx=256, n_threads=2, n_threads_batch=2)) as llama:
+        first = llama.create_completion("The capital of France is", max_tokens=4)
+        assert _threads() >= base + 2  # the worker, and the OpenMP thread of its team
+        assert _wait_for(lambda: _threads() <= base)
+        again = llama.create_completion("The capital of France is", max_tokens=4)
+        assert again.text == first.text
+        assert llama.embed(["hello world"]).shape[0] == 1
+        assert _wait_for(lambda: _threads() <= base)
+
+
+def _wait_for(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -38,9 +38,11 @@ call_soon_threadsafe for asyncio), on the worker thread.
 
 The worker is also the only thread that computes for this Llama (`call`: the embedding contexts' decodes, the
 warm-up, the projector's first encode). The CPU backend's threads are OpenMP's, and OpenMP keeps a team of them
-for each thread that ever computed: once their count passes the cores, every barrier between graph nodes sleeps
-instead of spinning, for as long as the process lives (one embedding computed on the caller's thread made this
-engine's generation a quarter slower for good, 2 cores, 2 threads). llama-server computes on one thread too.
+for each thread that ever computed, until that thread ends: once their count passes the cores, every barrier
+between graph nodes sleeps instead of spinning (one embedding computed on the caller's thread made this engine's
+generation a quarter slower for good, 2 cores, 2 threads). llama-server computes on one thread too. For the same
+reason a worker with nothing to do for IDLE_EXIT_S ends, its team with it, and the next job or call starts
+another: a second Llama in the process (an embedding model beside the chat one) costs nothing while idle.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from .stats import EngineStats as EngineStats  # its home was here
 
 log = logging.getLogger("llamaplug.engine")
 T = TypeVar("T")
+IDLE_EXIT_S = 1.0  # an idle worker ends after this long (see the module); starting one again costs well under 1 ms
 
 
 class _Call:
@@ -260,21 +263,26 @@ class Engine:
 
     # -- the worker ----------------------------------------------------------
     def _run(self) -> None:
+        ended = True
         try:
-            self._loop()
+            ended = self._loop()
         finally:
-            with self._cv:  # calls given from now on run on their callers' threads; the ones given, here
-                self._worker_gone = True
-                calls, self._calls = self._calls, []
-            for call in calls:
-                call.run()
+            if ended:
+                with self._cv:  # calls given from now on run on their callers' threads; the ones given, here
+                    self._worker_gone = True
+                    calls, self._calls = self._calls, []
+                for call in calls:
+                    call.run()
 
-    def _loop(self) -> None:
+    def _loop(self) -> bool:
+        """The worker's loop; False when it ended idle (a later job or call starts another), else True."""
         try:
             while True:
                 with self._cv:
-                    while not self._closed and not self._waiting and not self._busy() and not self._calls:
-                        self._cv.wait()
+                    while not self._has_work():
+                        if not self._cv.wait(IDLE_EXIT_S) and not self._has_work():
+                            self._thread = None
+                            return False
                     if self._closed:
                         break
                     calls, self._calls = self._calls, []
@@ -293,8 +301,13 @@ class Engine:
         except BaseException as exc:  # a bug here must not leave callers waiting forever
             log.exception("the engine stopped")
             self._stop(exc)
-            return
+            return True
         self._fail_all(self._closing)
+        return True
+
+    def _has_work(self) -> bool:
+        """Whether the worker has something to do: a close, a job, a call (lock held)."""
+        return self._closed or bool(self._waiting) or self._busy() or bool(self._calls)
 
     def _fail_running(self, exc: Exception) -> bool:
         """After a step raised `exc`: end every running request with an EngineError and clear its sequence
