@@ -148,3 +148,9 @@ def _wait_for(condition, seconds: float = 10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def test_a_call_inside_idle_runs_in_place(two_threads):
+    """`idle` holds what the worker needs between steps: a call from inside it must not wait for the worker."""
+    with two_threads.engine.idle("test"):
+        assert two_threads.engine.call(threading.get_ident) == threading.get_ident()

@@ -130,6 +130,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._calls: list[_Call] = []
         self._worker_gone = False  # the worker ended (a close, a failure): `call` runs on the caller's thread
+        self._idle_holder: threading.Thread | None = None  # the thread inside `idle` now
         self._closed = False
         self._closing = ClosedError("this Llama was closed while the request ran")  # what running jobs end with
         self._turn = 0  # which prefilling slot goes first, so long prompts share the room fairly
@@ -194,9 +195,10 @@ class Engine:
         """`fn()` run on the worker thread, between two steps, for its result (its exception raised here).
 
         For native work of this Llama's outside the engine's context (see the module: one thread computes). On
-        the worker itself, or once it has ended (a close, a failure), `fn` runs here and now."""
+        the worker itself, inside `idle`, or once the worker has ended (a close, a failure), `fn` runs here and now."""
         with self._cv:
-            here = self._worker_gone or threading.current_thread() is self._thread
+            # (a caller inside `idle` holds the lock the worker needs: it would wait for itself)
+            here = self._worker_gone or threading.current_thread() in (self._thread, self._idle_holder)
             if not here:
                 call = _Call(fn)
                 self._calls.append(call)
@@ -257,7 +259,11 @@ class Engine:
                 if self._busy() or self._waiting:
                     raise InvalidParameterError(f"{why} needs the engine idle; requests are running or waiting",
                                                 field="state")
-                yield [slot.tokens for slot in self._slots]
+                self._idle_holder = threading.current_thread()
+                try:
+                    yield [slot.tokens for slot in self._slots]
+                finally:
+                    self._idle_holder = None
                 if not forget:
                     self._epoch = self._ctx.epoch  # what the caller did (load_state) is the slots' new truth
 
