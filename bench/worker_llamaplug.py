@@ -122,75 +122,81 @@ def main() -> None:
         out["tg"]["overhead_us_per_token"] = (1e3 * c.timings.predicted_ms - 1e6 * gen_decode_s) / k if k else 0.0
 
     # -- mid-level loop: eval the prompt, then sample + decode_single
-    pc = time.perf_counter
-    n = w.tg
-    with lp.SamplerChain().greedy() as sampler:
-        def mid_loop() -> float:
+    # on the engine's thread, where create_completion decoded: a second thread's decodes would give OpenMP a
+    # second team and slow both (llamaplug/high/engine.py)
+    def mid_level() -> dict:
+        pc = time.perf_counter
+        n = w.tg
+        with lp.SamplerChain().greedy() as sampler:
+            def mid_loop() -> float:
+                ctx.clear_cache()
+                ctx.eval(tg_tokens, 0)
+                t0 = pc()
+                for _ in range(n):
+                    ctx.decode_single(sampler.sample(ctx, -1))
+                return pc() - t0
+
+            mid_loop()  # builds the native chain outside the timed runs
+            loop_s = min(mid_loop() for _ in range(w.inner))
+            mid = {"tokens": n, "loop_ms": loop_s * 1e3, "tps": n / loop_s}
+            if shim.install():
+                try:
+                    shim_s = mid_loop()
+                finally:
+                    shim.uninstall()
+                in_decode = sum(shim.calls[1:])
+                mid.update({"in_decode_us_per_token": 1e6 * in_decode / n,
+                            "overhead_us_per_token": 1e6 * (shim_s - in_decode) / n})
+
+            # The same loop straight through cffi, no llamaplug code: the floor of a Python loop.
             ctx.clear_cache()
             ctx.eval(tg_tokens, 0)
+            raw_chain, raw_ctx = sampler._ptr, ctx._ptr
+            one = lp.LlamaBatch(1, 1)
+            one.add(0, 0, (0,), True)
+            c_batch = one.c_batch()
+            sample_fn, decode_fn = lib.llama_sampler_sample, lib.llama_decode
+            tok_arr, pos_arr = one.token, one.pos
+            pos = len(tg_tokens)
+            in_decode = 0.0
             t0 = pc()
             for _ in range(n):
-                ctx.decode_single(sampler.sample(ctx, -1))
-            return pc() - t0
-
-        mid_loop()  # builds the native chain outside the timed runs
-        loop_s = min(mid_loop() for _ in range(w.inner))
-        out["mid"] = {"tokens": n, "loop_ms": loop_s * 1e3, "tps": n / loop_s}
-        if shim.install():
-            try:
-                shim_s = mid_loop()
-            finally:
-                shim.uninstall()
-            in_decode = sum(shim.calls[1:])
-            out["mid"].update({"in_decode_us_per_token": 1e6 * in_decode / n,
-                               "overhead_us_per_token": 1e6 * (shim_s - in_decode) / n})
-
-        # The same loop straight through cffi, no llamaplug code: the floor of a Python loop.
-        ctx.clear_cache()
-        ctx.eval(tg_tokens, 0)
-        raw_chain, raw_ctx = sampler._ptr, ctx._ptr
-        one = lp.LlamaBatch(1, 1)
-        one.add(0, 0, (0,), True)
-        c_batch = one.c_batch()
-        sample_fn, decode_fn = lib.llama_sampler_sample, lib.llama_decode
-        tok_arr, pos_arr = one.token, one.pos
-        pos = len(tg_tokens)
-        in_decode = 0.0
-        t0 = pc()
-        for _ in range(n):
-            tok_arr[0] = sample_fn(raw_chain, raw_ctx, -1)
-            pos_arr[0] = pos
+                tok_arr[0] = sample_fn(raw_chain, raw_ctx, -1)
+                pos_arr[0] = pos
+                a = pc()
+                if decode_fn(raw_ctx, c_batch):
+                    raise RuntimeError("llama_decode failed")
+                in_decode += pc() - a
+                pos += 1
+            raw_s = pc() - t0
+            # greedy sampling alone, through the wrapper and bare (it scans the whole vocabulary in C)
+            k = 200
             a = pc()
-            if decode_fn(raw_ctx, c_batch):
-                raise RuntimeError("llama_decode failed")
-            in_decode += pc() - a
-            pos += 1
-        raw_s = pc() - t0
-        # greedy sampling alone, through the wrapper and bare (it scans the whole vocabulary in C)
-        k = 200
-        a = pc()
-        for _ in range(k):
-            sampler.sample(ctx, -1)
-        b = pc()
-        for _ in range(k):
-            sample_fn(raw_chain, raw_ctx, -1)
-        c_ = pc()
-        for _ in range(k):  # what greedy needs at least: an argmax over the logits view
-            int(ctx.get_logits_ith(-1).argmax())
-        out["mid"].update({"raw_loop_ms": raw_s * 1e3, "raw_tps": n / raw_s,
-                           "raw_in_decode_us_per_token": 1e6 * in_decode / n,
-                           "raw_overhead_us_per_token": 1e6 * (raw_s - in_decode) / n,
-                           "sample_us": 1e6 * (b - a) / k, "raw_sample_us": 1e6 * (c_ - b) / k,
-                           "argmax_us": 1e6 * (pc() - c_) / k})
-        ctx.clear_cache()
+            for _ in range(k):
+                sampler.sample(ctx, -1)
+            b = pc()
+            for _ in range(k):
+                sample_fn(raw_chain, raw_ctx, -1)
+            c_ = pc()
+            for _ in range(k):  # what greedy needs at least: an argmax over the logits view
+                int(ctx.get_logits_ith(-1).argmax())
+            mid.update({"raw_loop_ms": raw_s * 1e3, "raw_tps": n / raw_s,
+                        "raw_in_decode_us_per_token": 1e6 * in_decode / n,
+                        "raw_overhead_us_per_token": 1e6 * (raw_s - in_decode) / n,
+                        "sample_us": 1e6 * (b - a) / k, "raw_sample_us": 1e6 * (c_ - b) / k,
+                        "argmax_us": 1e6 * (pc() - c_) / k})
+            ctx.clear_cache()
+            return mid
+
+    out["mid"] = llama.engine.call(mid_level)
 
     # -- batched: n sequences in one context, one decode per step for all of them
     if w.batch_npl:
         prompts = [fit(model.tokenize(count_text(100 * s + 1)), w.batch_npp, "batched")
                    for s in range(max(w.batch_npl))]
         out["digests"]["batch"] = token_digest([t for p in prompts for t in p])
-        out["batched"] = batched_rates(model, prompts, list(w.batch_npl), w.batch_ntg, w.batch_n_ctx, w.threads,
-                                       w.inner)
+        out["batched"] = llama.engine.call(lambda: batched_rates(model, prompts, list(w.batch_npl), w.batch_ntg,
+                                                                  w.batch_n_ctx, w.threads, w.inner))
     out["hwm_end_mib"] = mib(status_kb("VmHWM"))
     llama.close()
     emit(out)
