@@ -76,12 +76,22 @@ def in_process(tree: Path, model: Path, kind: str, n: int, threads: int) -> floa
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def server(tree: Path, model: Path, threads: int) -> tuple[subprocess.Popen, int]:
+def serve_tree(tree: Path, model: Path, *flags: str) -> tuple[subprocess.Popen, int]:
+    """`llamaplug serve -m model flags...` of the tree's package, up and answering: (process, port)."""
     port = serving.free_port()
     run_cli = PRELUDE + "import runpy; runpy.run_module('llamaplug.cli', run_name='__main__', alter_sys=True)"
-    cmd = [sys.executable, "-c", run_cli, "serve", "-m", str(model), "-t", str(threads),
-           "--parallel", "8", "-c", str(8 * 256), "--port", str(port)]
-    proc = serving.launch(str(tree), cmd, port, env={**os.environ, "PYTHONPATH": str(tree)})
+    cmd = [sys.executable, "-c", run_cli, "serve", "-m", str(model), *flags, "--port", str(port)]
+    return serving.launch(str(tree), cmd, port, env={**os.environ, "PYTHONPATH": str(tree)}), port
+
+
+def tree_options(ap: argparse.ArgumentParser) -> None:
+    """--a and --b: the two trees' package dirs (see the module)."""
+    ap.add_argument("--a", required=True, type=Path, help="the 'before' tree's package dir")
+    ap.add_argument("--b", required=True, type=Path, help="the 'after' tree's package dir")
+
+
+def server(tree: Path, model: Path, threads: int) -> tuple[subprocess.Popen, int]:
+    proc, port = serve_tree(tree, model, "-t", str(threads), "--parallel", "8", "-c", str(8 * 256))
     asyncio.run(serving.drive_chat(port, 8, 8))  # warm-up
     return proc, port
 
@@ -95,8 +105,7 @@ def chat(port: int, requests: int, max_tokens: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--a", required=True, type=Path, help="the 'before' tree's package dir")
-    ap.add_argument("--b", required=True, type=Path, help="the 'after' tree's package dir")
+    tree_options(ap)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--threads", type=int, default=2)

@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import serving  # noqa: E402
-from ab_engine import PRELUDE  # noqa: E402
+from ab_engine import PRELUDE, serve_tree, tree_options  # noqa: E402
 
 PROMPT = "Count from 1 to 500, separated by commas: 1, 2, 3,"
 
@@ -68,11 +68,7 @@ def _post(port: int, path: str, body: dict) -> dict:
 
 
 def served(tree: Path, model: Path) -> list[float]:
-    port = serving.free_port()
-    run_cli = PRELUDE + "import runpy; runpy.run_module('llamaplug.cli', run_name='__main__', alter_sys=True)"
-    cmd = [sys.executable, "-c", run_cli, "serve", "-m", str(model), "-t", "2", "--parallel", "1", "-c", "1024",
-           "--port", str(port), "--spec-type", "none"]
-    proc = serving.launch(str(tree), cmd, port, env={**os.environ, "PYTHONPATH": str(tree)})
+    proc, port = serve_tree(tree, model, "-t", "2", "--parallel", "1", "-c", "1024", "--spec-type", "none")
     body = {"prompt": PROMPT, "n_predict": 128, "temperature": 0, "cache_prompt": False}
     try:
         def gen() -> float:
@@ -87,8 +83,7 @@ def served(tree: Path, model: Path) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--a", required=True, type=Path, help="the 'before' tree's package dir")
-    ap.add_argument("--b", required=True, type=Path, help="the 'after' tree's package dir")
+    tree_options(ap)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--idle", type=float, default=3.0, help="seconds between the second Llama's work and the rest")
