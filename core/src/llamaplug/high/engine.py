@@ -39,8 +39,8 @@ call_soon_threadsafe for asyncio), on the worker thread.
 The worker is also the only thread that computes for this Llama (`call`: the embedding contexts' decodes, the
 warm-up, the projector's first encode). The CPU backend's threads are OpenMP's, and OpenMP keeps a team of them
 for each thread that ever computed, until that thread ends: once their count passes the cores, every barrier
-between graph nodes sleeps instead of spinning (one embedding computed on the caller's thread made this engine's
-generation a quarter slower for good, 2 cores, 2 threads). llama-server computes on one thread too. For the same
+between graph nodes sleeps instead of spinning (one embedding computed on the caller's thread left this engine's
+generation at 0.70x for good, 2 cores, 2 threads). llama-server computes on one thread too. For the same
 reason a worker with nothing to do for IDLE_EXIT_S ends, its team with it, and the next job or call starts
 another: a second Llama in the process (an embedding model beside the chat one) costs nothing while idle.
 """
